@@ -1,0 +1,3 @@
+module github.com/agentrunner/runner
+
+go 1.26.8

@@ -1,0 +1,19 @@
+// Package logkey holds the fixed slog attribute keys, so every log line
+// names the same thing the same way.
+package logkey
+
+const (
+	Session   = "session"
+	Project   = "project"
+	Turn      = "turn"
+	Sandbox   = "sandbox"
+	Provider  = "provider"
+	Harness   = "harness"
+	RequestID = "request_id"
+	Error     = "err"
+	Duration  = "duration_ms"
+	Reason    = "reason"
+	PID       = "pid"
+	Addr      = "addr"
+	Stage     = "stage"
+)

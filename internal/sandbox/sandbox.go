@@ -1,0 +1,138 @@
+// Package sandbox defines where a harness runs: a Provider creates
+// Sandboxes, a Sandbox starts Processes with stdio and holds files. The
+// local provider (host process or bubblewrap) and the remote providers
+// implement it; the runner only sees these interfaces. Implementations must
+// be safe for concurrent use.
+package sandbox
+
+import (
+	"context"
+	"io"
+	"strconv"
+	"time"
+)
+
+// Provider creates sandboxes of one kind ("local", "daytona").
+type Provider interface {
+	// Name is the provider id used on the wire ("local", "daytona").
+	Name() string
+	// Create makes a new sandbox and returns once processes can start in it.
+	Create(ctx context.Context, spec Spec) (Sandbox, error)
+}
+
+// Opener is a Provider that can reattach to a sandbox it created earlier,
+// for example after a runner restart. Open returns an error wrapping
+// errdefs.ErrNotFound when the sandbox is gone.
+type Opener interface {
+	Open(ctx context.Context, id string, spec Spec) (Sandbox, error)
+}
+
+// Describer reports what a provider enforces, for /health and for
+// admission ("isolation": "bwrap" | "none" …).
+type Describer interface {
+	Describe() map[string]any
+}
+
+// Sandbox is one isolated place to run a harness.
+type Sandbox interface {
+	// Info describes the sandbox; it never changes after Create.
+	Info() Info
+	// Start runs cmd inside the sandbox. Cancelling ctx kills the process.
+	Start(ctx context.Context, cmd Cmd) (Process, error)
+	// WriteFile writes data at path, an absolute path inside the sandbox
+	// that must lie under Info().Workdir or Info().Home; parents are created.
+	WriteFile(ctx context.Context, path string, data []byte, mode uint32) error
+	// Destroy stops every process and frees everything the sandbox holds.
+	// It is idempotent.
+	Destroy(ctx context.Context) error
+}
+
+// Pauser is a Sandbox that can be parked (stopped, resumable) instead of
+// destroyed.
+type Pauser interface {
+	Pause(ctx context.Context) error
+}
+
+// Info describes a sandbox.
+type Info struct {
+	ID        string
+	Provider  string
+	Workdir   string // the harness's working directory, inside the sandbox
+	Home      string // a private writable $HOME, inside the sandbox
+	Isolation string // what is enforced: "none", "bwrap", "daytona"
+	// HostWorkdir is the working directory as seen from the runner's host,
+	// when the provider shares a filesystem with it; empty otherwise.
+	HostWorkdir string
+}
+
+// Spec is what a sandbox is created with.
+type Spec struct {
+	SessionID string
+	ProjectID string
+	// Network is the egress policy; the zero value is "on".
+	Network Network
+	// ReadOnly makes the workspace read-only for processes in the sandbox.
+	ReadOnly bool
+	// Binds are host paths made visible inside the sandbox at the same
+	// path (read-only unless Writable), e.g. the runner binary for
+	// `runner mcp-stdio` and the tool relay socket.
+	Binds []Bind
+	// Labels are recorded with the sandbox (remote providers tag with them).
+	Labels map[string]string
+	// OnEvent, if set, receives provider notices during the sandbox's life,
+	// such as a host blocked by the network allowlist (name "network.blocked").
+	OnEvent func(name string, data map[string]any)
+}
+
+// Network is an egress policy.
+type Network struct {
+	Mode  string   // "on" (default), "off", "allowlist"
+	Allow []string // hosts, *.domain patterns, CIDRs, host:port for "allowlist"
+}
+
+// Bind is a host path made visible in the sandbox.
+type Bind struct {
+	Path     string
+	Writable bool
+}
+
+// Cmd is a process to start in a sandbox.
+type Cmd struct {
+	Path string   // an absolute path, or a name looked up in the sandbox's PATH
+	Args []string // argv after the program name
+	Env  []string // the complete environment, KEY=VALUE; nothing is inherited
+	Dir  string   // working directory; empty means Info().Workdir
+	// WaitDelay bounds how long Wait waits for output after the process is
+	// killed; zero means a provider default.
+	WaitDelay time.Duration
+}
+
+// Process is a running process in a sandbox.
+type Process interface {
+	Stdin() io.WriteCloser
+	Stdout() io.Reader
+	// Wait waits for the process to exit. A non-zero exit is an *ExitError.
+	Wait() error
+	// Kill stops the process (and its children) now. Idempotent.
+	Kill() error
+	// StderrTail returns the last few KiB the process wrote to stderr.
+	StderrTail() string
+}
+
+// ExitError reports a process that ended unsuccessfully.
+type ExitError struct {
+	Code   int    // exit code, or -1 when killed by a signal
+	Signal string // the signal that killed it, if any
+	Reason string // a limit the sandbox enforced ("out of memory", "too many processes"), if known
+}
+
+func (e *ExitError) Error() string {
+	msg := "exited with code " + strconv.Itoa(e.Code)
+	if e.Signal != "" {
+		msg = "killed by " + e.Signal
+	}
+	if e.Reason != "" {
+		msg += " (" + e.Reason + ")"
+	}
+	return msg
+}
