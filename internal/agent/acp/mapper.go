@@ -1,0 +1,184 @@
+package acp
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+
+	"github.com/agentrunner/runner/internal/wire"
+)
+
+// mapper turns one turn's session/update notifications into wire events.
+// Streaming text is framed as start/delta/end; a block ends when another
+// kind of update arrives or the turn ends.
+type mapper struct {
+	open     string // "", "message" or "thought"
+	openID   string
+	blockSeq int
+	tools    map[string]*toolState
+}
+
+type toolState struct {
+	name     string
+	input    json.RawMessage
+	finished bool
+}
+
+func newMapper() *mapper { return &mapper{tools: map[string]*toolState{}} }
+
+type update struct {
+	SessionUpdate string          `json:"sessionUpdate"`
+	Content       json.RawMessage `json:"content"`
+	MessageID     string          `json:"messageId"`
+	ToolCallID    string          `json:"toolCallId"`
+	Title         string          `json:"title"`
+	Kind          string          `json:"kind"`
+	Status        string          `json:"status"`
+	RawInput      json.RawMessage `json:"rawInput"`
+	RawOutput     json.RawMessage `json:"rawOutput"`
+	Cost          *struct {
+		Amount float64 `json:"amount"`
+	} `json:"cost"`
+}
+
+type contentBlock struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+func (m *mapper) update(raw json.RawMessage) []wire.Event {
+	var u update
+	if err := json.Unmarshal(raw, &u); err != nil {
+		return []wire.Event{{Type: wire.EventData, Name: "acp.malformed_update", Data: raw}}
+	}
+	switch u.SessionUpdate {
+	case "agent_message_chunk":
+		return m.chunk("message", u)
+	case "agent_thought_chunk":
+		return m.chunk("thought", u)
+	case "tool_call":
+		return append(m.close(), m.toolCall(u, true)...)
+	case "tool_call_update":
+		return append(m.close(), m.toolCall(u, false)...)
+	}
+	// Everything else (plan, mode and command updates, usage_update, and
+	// variants this client has never heard of) passes through as data.
+	name := u.SessionUpdate
+	if name == "" {
+		name = "unknown"
+	}
+	return []wire.Event{{Type: wire.EventData, Name: "acp." + name, Data: raw}}
+}
+
+func (m *mapper) chunk(kind string, u update) []wire.Event {
+	var c contentBlock
+	_ = json.Unmarshal(u.Content, &c)
+	if c.Type != "" && c.Type != "text" {
+		return []wire.Event{{Type: wire.EventData, Name: "acp." + u.SessionUpdate, Data: u.Content}}
+	}
+	var out []wire.Event
+	if m.open != kind || (u.MessageID != "" && u.MessageID != m.openID) {
+		out = append(out, m.close()...)
+		m.blockSeq++
+		m.open = kind
+		m.openID = u.MessageID
+		if m.openID == "" {
+			m.openID = kind[:1] + strconv.Itoa(m.blockSeq)
+		}
+		out = append(out, wire.Event{Type: kind + "_start", ID: m.openID})
+	}
+	if c.Text != "" {
+		out = append(out, wire.Event{Type: kind + "_delta", ID: m.openID, Delta: c.Text})
+	}
+	return out
+}
+
+func (m *mapper) close() []wire.Event {
+	if m.open == "" {
+		return nil
+	}
+	ev := wire.Event{Type: m.open + "_end", ID: m.openID}
+	m.open, m.openID = "", ""
+	return []wire.Event{ev}
+}
+
+func (m *mapper) toolCall(u update, initial bool) []wire.Event {
+	var out []wire.Event
+	st, seen := m.tools[u.ToolCallID]
+	if !seen {
+		st = &toolState{}
+		m.tools[u.ToolCallID] = st
+	}
+	grew := false
+	if u.Title != "" && (st.name == "" || initial) {
+		st.name = u.Title
+	}
+	if len(u.RawInput) > 0 && string(u.RawInput) != "null" && string(u.RawInput) != string(st.input) {
+		st.input = u.RawInput
+		grew = true
+	}
+	// A tool_call, a tool_call_update with new arguments, or an update
+	// for a call never announced (Gemini does this) yields a tool_call.
+	if initial || grew || !seen {
+		input := st.input
+		if len(input) == 0 {
+			input = json.RawMessage("{}")
+		}
+		out = append(out, wire.Event{Type: wire.EventToolCall, ID: u.ToolCallID, Name: st.name, Input: input})
+	}
+	if (u.Status == "completed" || u.Status == "failed") && !st.finished {
+		st.finished = true
+		out = append(out, wire.ToolResultEvent(u.ToolCallID, toolOutput(u), rawOrNil(u.RawOutput), u.Status == "failed"))
+	}
+	return out
+}
+
+func (m *mapper) toolName(id string) string {
+	if st, ok := m.tools[id]; ok {
+		return st.name
+	}
+	return ""
+}
+
+func (m *mapper) toolInput(id string) json.RawMessage {
+	if st, ok := m.tools[id]; ok {
+		return st.input
+	}
+	return nil
+}
+
+func rawOrNil(b json.RawMessage) json.RawMessage {
+	if len(b) == 0 || string(b) == "null" {
+		return nil
+	}
+	return b
+}
+
+// toolOutput renders a tool call's result as the text a model saw.
+func toolOutput(u update) string {
+	var items []struct {
+		Type    string       `json:"type"`
+		Content contentBlock `json:"content"`
+		Path    string       `json:"path"`
+	}
+	_ = json.Unmarshal(u.Content, &items)
+	var b strings.Builder
+	for _, it := range items {
+		switch it.Type {
+		case "content":
+			if it.Content.Type == "text" {
+				b.WriteString(it.Content.Text)
+			}
+		case "diff":
+			b.WriteString("edited " + it.Path + "\n")
+		}
+	}
+	if b.Len() == 0 && len(u.RawOutput) > 0 && string(u.RawOutput) != "null" {
+		var s string
+		if json.Unmarshal(u.RawOutput, &s) == nil {
+			return s
+		}
+		return string(u.RawOutput)
+	}
+	return b.String()
+}
