@@ -1,0 +1,54 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "0.1.0-dev"
+
+const usage = `runner runs AI coding agents in sandboxes.
+
+Usage:
+  runner serve                 run the HTTP service (needs AGENTA_RUNNER_TOKEN)
+  runner run [flags]           run one turn; request JSON on stdin or flags
+  runner health [flags]        query a running service's /health
+  runner version               print the version
+
+Configuration is read from the environment; see README.md.
+`
+
+func run(ctx context.Context, args []string, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], environ, stdout, stderr)
+	case "run":
+		return runTurn(ctx, args[1:], environ, stdin, stdout, stderr)
+	case "health":
+		return health(ctx, args[1:], environ, stdout, stderr)
+	case "version", "--version", "-v":
+		fmt.Fprintln(stdout, "runner", version)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "runner: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/agentrunner/runner/internal/api"
+	"github.com/agentrunner/runner/internal/config"
+	"github.com/agentrunner/runner/internal/logkey"
+)
+
+func loadConfig(environ []string, stderr io.Writer) (config.Config, bool) {
+	cfg, warnings, err := config.Load(environ)
+	if err != nil {
+		fmt.Fprintf(stderr, "runner: invalid configuration:\n%s\n", indent(err.Error()))
+		return cfg, false
+	}
+	for _, w := range warnings {
+		fmt.Fprintln(stderr, "runner: warning:", w)
+	}
+	return cfg, true
+}
+
+func indent(s string) string {
+	out := "  - "
+	for _, r := range s {
+		out += string(r)
+		if r == '\n' {
+			out += "  - "
+		}
+	}
+	return out
+}
+
+func serve(ctx context.Context, args []string, environ []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		fmt.Fprintf(stderr, "runner serve takes no arguments; configure it with environment variables (README.md)\n")
+		return 2
+	}
+	cfg, ok := loadConfig(environ, stderr)
+	if !ok {
+		return 2
+	}
+	if err := cfg.RequireServe(); err != nil {
+		fmt.Fprintln(stderr, "runner:", err)
+		return 2
+	}
+	log := newLogger(stderr, cfg.LogLevel)
+	log.Info("runner config " + cfg.Summary())
+
+	svc, err := buildService(cfg, environ, log)
+	if err != nil {
+		fmt.Fprintln(stderr, "runner:", err)
+		return 1
+	}
+	h := api.New(api.Config{
+		Token:            cfg.Token,
+		Version:          version,
+		ConcurrencyLimit: cfg.ConcurrencyLimit,
+		MaxBodyBytes:     cfg.MaxBodyBytes,
+		PingInterval:     cfg.PingInterval,
+		Health: func() map[string]any {
+			return map[string]any{"harnesses": svc.Harnesses(), "providers": svc.Providers(), "inFlight": svc.InFlight()}
+		},
+		SubscriptionStatus: func() map[string]any { return subscriptionStatus(cfg, environ) },
+		Logger:             log,
+	}, svc)
+
+	ln, err := net.Listen("tcp", cfg.Addr())
+	if err != nil {
+		fmt.Fprintf(stderr, "runner: listen on %s: %v (set AGENTA_RUNNER_HOST / AGENTA_RUNNER_PORT)\n", cfg.Addr(), err)
+		return 1
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("runner listening", logkey.Addr, ln.Addr().String(), "version", version)
+
+	select {
+	case err := <-errc:
+		log.Error("server stopped", logkey.Error, err)
+		return 1
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: cancelling in-flight turns")
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	defer cancel()
+	// Stop accepting, cancel turns (their streams end with a result), then
+	// wait for handlers to finish writing.
+	go func() { _ = srv.Shutdown(sctx) }()
+	if err := svc.Shutdown(sctx); err != nil {
+		log.Warn("shutdown: turns still tearing down at the deadline", logkey.Error, err)
+	}
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		log.Warn("shutdown", logkey.Error, err)
+	}
+	log.Info("runner stopped")
+	return 0
+}

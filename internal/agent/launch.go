@@ -1,0 +1,21 @@
+package agent
+
+// Builtin returns the launch-table entry for a harness name with the
+// per-harness quirks the runner knows (reference protocols.md 1.6,
+// real-harnesses.md). Unknown names get a plain ACP entry.
+func Builtin(name string, command []string) Spec {
+	s := Spec{Name: name, Command: command, Instructions: "AGENTS.md"}
+	switch name {
+	case "claude":
+		s.Instructions = "CLAUDE.md"
+		// claude-agent-acp resumes a session only through the SDK option.
+		s.LoadMeta = func(id string) map[string]any {
+			return map[string]any{"claudeCode": map[string]any{"options": map[string]any{"resume": id}}}
+		}
+	case "pi_core", "pi_agenta":
+		s.NoMCP = true // pi-acp does not forward ACP mcpServers
+	case "gemini":
+		s.UnreliableLoad = true // gemini-cli 0.61 session/load loses history
+	}
+	return s
+}

@@ -1,0 +1,335 @@
+// Package api is the runner's HTTP surface: the Agenta-compatible routes
+// (/health, /subscription-status, /run, /stream, /kill) and our /v1
+// additions. It authenticates, decodes and validates, calls the runner,
+// and encodes JSON or NDJSON. It is the only place that maps error classes
+// to HTTP statuses (errors.go).
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/logkey"
+	"github.com/agentrunner/runner/internal/wire"
+)
+
+// Runner is what the API needs from the turn engine.
+type Runner interface {
+	Check(req *wire.Request) error
+	// Run runs a turn; the error is the failure behind an ok:false result.
+	Run(ctx context.Context, req *wire.Request, sink func(wire.Event)) (wire.Result, error)
+	Kill(ctx context.Context, sessionID, projectID string) int
+}
+
+// Config configures the handler.
+type Config struct {
+	Token            string
+	Version          string
+	ConcurrencyLimit int
+	MaxBodyBytes     int64
+	PingInterval     time.Duration
+	KillTimeout      time.Duration
+	// Health returns the extra /health fields (harnesses, providers …).
+	Health func() map[string]any
+	// SubscriptionStatus returns the /subscription-status harness map.
+	SubscriptionStatus func() map[string]any
+	Logger             *slog.Logger
+}
+
+// Handler serves the runner's routes.
+type Handler struct {
+	cfg      Config
+	runner   Runner
+	log      *slog.Logger
+	mux      *http.ServeMux
+	inflight atomic.Int64
+	extra    []Route
+}
+
+// Route is an additional authenticated route (the /v1 API of other packages).
+type Route struct {
+	Pattern string // a net/http ServeMux pattern, e.g. "GET /v1/sessions"
+	Handler http.Handler
+}
+
+// New returns the handler.
+func New(cfg Config, r Runner, extra ...Route) *Handler {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 32 << 20
+	}
+	if cfg.ConcurrencyLimit <= 0 {
+		cfg.ConcurrencyLimit = 1000
+	}
+	if cfg.PingInterval <= 0 {
+		cfg.PingInterval = 15 * time.Second
+	}
+	if cfg.KillTimeout <= 0 {
+		cfg.KillTimeout = 5 * time.Second
+	}
+	h := &Handler{cfg: cfg, runner: r, log: cfg.Logger, mux: http.NewServeMux()}
+	h.mux.HandleFunc("GET /health", h.health)
+	h.mux.Handle("GET /subscription-status", h.auth(http.HandlerFunc(h.subscription)))
+	h.mux.Handle("POST /run", h.auth(http.HandlerFunc(h.run)))
+	h.mux.Handle("POST /stream", h.auth(http.HandlerFunc(h.run)))
+	h.mux.Handle("POST /kill", h.auth(http.HandlerFunc(h.kill)))
+	for _, rt := range extra {
+		h.mux.Handle(rt.Pattern, h.auth(rt.Handler))
+	}
+	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		WriteError(w, http.StatusNotFound, "Not found")
+	})
+	return h
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		// A bug must cost one request, not the process and its turns.
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			h.log.Error("handler panic", "panic", v, "path", r.URL.Path)
+			WriteError(w, http.StatusInternalServerError, "internal error")
+		}
+	}()
+	h.mux.ServeHTTP(&statusRecorder{ResponseWriter: w}, r)
+}
+
+// statusRecorder turns ServeMux's plain-text 405 into the wire's JSON error.
+type statusRecorder struct {
+	http.ResponseWriter
+	swallow bool
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if code == http.StatusMethodNotAllowed && s.Header().Get("Content-Type") == "text/plain; charset=utf-8" {
+		s.swallow = true
+		s.Header().Set("Content-Type", "application/json")
+		s.Header().Del("X-Content-Type-Options")
+		body := `{"ok":false,"error":"Method not allowed"}` + "\n"
+		s.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		s.ResponseWriter.WriteHeader(code)
+		_, _ = io.WriteString(s.ResponseWriter, body)
+		return
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.swallow {
+		return len(b), nil
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+func (h *Handler) auth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !h.authorized(r) {
+			WriteError(w, http.StatusUnauthorized, "Unauthorized: send the runner token as 'Authorization: Bearer <token>' or 'X-Agenta-Runner-Token: <token>'")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (h *Handler) authorized(r *http.Request) bool {
+	want := h.cfg.Token
+	if want == "" {
+		return false // fail closed
+	}
+	got := strings.TrimSpace(r.Header.Get("X-Agenta-Runner-Token"))
+	if got == "" {
+		a := r.Header.Get("Authorization")
+		if len(a) >= 7 && strings.EqualFold(a[:7], "bearer ") {
+			got = strings.TrimSpace(a[7:])
+		}
+	}
+	if got == "" || len(got) != len(want) {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+func (h *Handler) health(w http.ResponseWriter, r *http.Request) {
+	body := map[string]any{
+		"status":   "ok",
+		"runner":   h.cfg.Version,
+		"version":  h.cfg.Version,
+		"protocol": 1,
+		"engines":  []string{"acp"},
+	}
+	if h.cfg.Health != nil {
+		for k, v := range h.cfg.Health() {
+			body[k] = v
+		}
+	}
+	WriteJSON(w, http.StatusOK, body)
+}
+
+func (h *Handler) subscription(w http.ResponseWriter, r *http.Request) {
+	hs := map[string]any{}
+	if h.cfg.SubscriptionStatus != nil {
+		hs = h.cfg.SubscriptionStatus()
+	}
+	WriteJSON(w, http.StatusOK, map[string]any{"version": 1, "harnesses": hs})
+}
+
+func (h *Handler) kill(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 16<<10))
+	if err != nil {
+		WriteErr(w, bodyError(err))
+		return
+	}
+	var req struct {
+		SessionID any `json:"sessionId"`
+		ProjectID any `json:"projectId"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		WriteError(w, http.StatusBadRequest, "Invalid JSON: "+err.Error())
+		return
+	}
+	sid, _ := req.SessionID.(string)
+	pid, _ := req.ProjectID.(string)
+	if strings.TrimSpace(sid) == "" || strings.TrimSpace(pid) == "" {
+		WriteError(w, http.StatusBadRequest, "sessionId and projectId are both required: /kill must be scoped to exactly one tenant's session")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.KillTimeout)
+	defer cancel()
+	n := h.runner.Kill(ctx, sid, pid)
+	h.log.Info("kill", logkey.Session, sid, logkey.Project, pid, "turns", n)
+	WriteJSON(w, http.StatusOK, map[string]any{"ok": true, "killed": n})
+}
+
+func bodyError(err error) error {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return errdefs.With(errdefs.ErrTooLarge, errors.New("request body too large (limit "+strconv.FormatInt(mbe.Limit, 10)+" bytes; raise AGENTA_RUNNER_MAX_BODY_BYTES)"))
+	}
+	return errdefs.Invalidf("read body: %v", err)
+}
+
+func (h *Handler) run(w http.ResponseWriter, r *http.Request) {
+	if n := h.inflight.Add(1); n > int64(h.cfg.ConcurrencyLimit) {
+		h.inflight.Add(-1)
+		WriteError(w, http.StatusTooManyRequests, "Runner at capacity ("+strconv.Itoa(h.cfg.ConcurrencyLimit)+" concurrent runs); retry later or raise AGENTA_RUNNER_CONCURRENCY_LIMIT")
+		return
+	}
+	defer h.inflight.Add(-1)
+
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
+	if err != nil {
+		WriteErr(w, bodyError(err))
+		return
+	}
+	req, err := wire.Decode(body)
+	if err != nil {
+		WriteErr(w, err)
+		return
+	}
+	if err := h.runner.Check(req); err != nil {
+		WriteErr(w, err)
+		return
+	}
+	if strings.Contains(r.Header.Get("Accept"), "application/x-ndjson") {
+		h.stream(w, r, req)
+		return
+	}
+	res, err := h.runner.Run(r.Context(), req, nil)
+	status := http.StatusOK
+	if err != nil {
+		status = statusOf(err)
+	}
+	WriteJSON(w, status, res)
+}
+
+// stream writes NDJSON: event records as they happen, a ping record when
+// the turn has been silent for PingInterval, then exactly one result.
+func (h *Handler) stream(w http.ResponseWriter, r *http.Request, req *wire.Request) {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	out := &ndjson{w: w, rc: http.NewResponseController(w), enc: json.NewEncoder(w)}
+	out.flush()
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(h.cfg.PingInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				if out.idleFor() >= h.cfg.PingInterval-h.cfg.PingInterval/10 {
+					out.write(wire.Record{Kind: wire.RecordPing})
+				}
+			}
+		}
+	}()
+	res, _ := h.runner.Run(r.Context(), req, func(ev wire.Event) {
+		out.write(wire.Record{Kind: wire.RecordEvent, Event: &ev})
+	})
+	close(stop)
+	wg.Wait()
+	res.Events = []wire.Event{}
+	out.write(wire.Record{Kind: wire.RecordResult, Result: &res})
+}
+
+type ndjson struct {
+	w   io.Writer
+	rc  *http.ResponseController
+	enc *json.Encoder
+
+	// mu guards the following; the pinger and the turn write concurrently.
+	mu   sync.Mutex
+	last time.Time
+	err  error
+}
+
+func (n *ndjson) write(rec wire.Record) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.err != nil {
+		return // the client is gone; the turn is being cancelled through its context
+	}
+	n.err = n.enc.Encode(rec)
+	if n.err == nil {
+		n.err = n.rc.Flush()
+	}
+	n.last = time.Now()
+}
+
+func (n *ndjson) flush() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	_ = n.rc.Flush()
+	n.last = time.Now()
+}
+
+func (n *ndjson) idleFor() time.Duration {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return time.Since(n.last)
+}

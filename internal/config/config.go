@@ -1,0 +1,283 @@
+// Package config reads the runner's configuration once, at boot, from the
+// environment (AGENTA_RUNNER_*, AGENTA_AGENT_*, DAYTONA_*), validates all
+// of it and reports every problem together. No other package reads the
+// environment.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is the whole runner configuration.
+type Config struct {
+	Host             string
+	Port             int
+	Token            string
+	ConcurrencyLimit int
+	MaxBodyBytes     int64
+	DataDir          string
+	ReplicaID        string
+	LogLevel         string
+
+	EnabledProviders []string
+	DefaultProvider  string
+
+	// Harnesses is the launch table: built-ins plus AGENTA_RUNNER_HARNESS_<NAME>.
+	Harnesses  map[string]Harness
+	HarnessDir string
+
+	LocalIsolation string
+	LocalMemoryMB  int
+	LocalPids      int
+	LocalCPUs      float64
+
+	DatabaseURL string
+
+	KeepAlive        bool
+	PoolMax          int
+	SessionTTL       time.Duration
+	ApprovalTTL      time.Duration
+	HistoryMaxChars  int
+	RunTotalTimeout  time.Duration
+	RunIdleTimeout   time.Duration
+	RunTTFBTimeout   time.Duration
+	ToolCallTimeout  time.Duration
+	ToolsTimeout     time.Duration
+	MCPHostAllowlist []string
+	ShutdownTimeout  time.Duration
+	PingInterval     time.Duration
+
+	Daytona Daytona
+}
+
+// Daytona configures the remote provider.
+type Daytona struct {
+	APIKey            string
+	APIURL            string
+	Target            string
+	Snapshot          string
+	Image             string
+	AutoStopMinutes   int
+	AutoDeleteMinutes int
+	IdleTTL           time.Duration
+	MaxWarm           int
+	OpaqueSecrets     bool
+}
+
+// Harness is one launch-table entry.
+type Harness struct {
+	Name    string
+	Command []string
+	// Custom is true when the command came from AGENTA_RUNNER_HARNESS_<NAME>.
+	Custom bool
+}
+
+// KnownProviders are the sandbox providers this build knows.
+var knownProviders = []string{"local", "daytona"}
+
+// Load reads the configuration from getenv. It returns every validation
+// problem joined, and warnings for values that fell back to defaults.
+func Load(environ []string) (Config, []string, error) {
+	l := newLoader(environ)
+	getenv := l.get
+	c := Config{
+		Host:             l.str("AGENTA_RUNNER_HOST", "127.0.0.1"),
+		Port:             l.strictInt("AGENTA_RUNNER_PORT", 8765, 1, 65535),
+		Token:            l.str("AGENTA_RUNNER_TOKEN", ""),
+		ConcurrencyLimit: l.strictInt("AGENTA_RUNNER_CONCURRENCY_LIMIT", 1000, 1, 1<<30),
+		MaxBodyBytes:     int64(l.strictInt("AGENTA_RUNNER_MAX_BODY_BYTES", 32<<20, 1024, 1<<31-1)),
+		DataDir:          l.str("AGENTA_RUNNER_DATA_DIR", defaultDataDir(getenv)),
+		ReplicaID:        l.str("AGENTA_RUNNER_REPLICA_ID", ""),
+		LogLevel:         strings.ToLower(l.str("AGENTA_RUNNER_LOG_LEVEL", "info")),
+		LocalIsolation:   strings.ToLower(l.str("AGENTA_RUNNER_LOCAL_ISOLATION", "bwrap")),
+		LocalMemoryMB:    l.strictInt("AGENTA_RUNNER_LOCAL_MEMORY_MB", 4096, 16, 1<<30),
+		LocalPids:        l.strictInt("AGENTA_RUNNER_LOCAL_PIDS", 1024, 8, 1<<22),
+		LocalCPUs:        l.float("AGENTA_RUNNER_LOCAL_CPUS", 2),
+		DatabaseURL:      l.str("AGENTA_RUNNER_DATABASE_URL", ""),
+		KeepAlive:        l.boolean("AGENTA_RUNNER_SESSION_KEEPALIVE", true),
+		PoolMax:          l.lenientInt("AGENTA_RUNNER_SESSION_POOL_MAX", 8),
+		SessionTTL:       l.ms("AGENTA_RUNNER_SESSION_TTL_MS", 60_000),
+		ApprovalTTL:      l.ms("AGENTA_RUNNER_SESSION_APPROVAL_TTL_MS", 600_000),
+		HistoryMaxChars:  l.lenientInt("AGENTA_AGENT_HISTORY_MAX_CHARS", 100_000),
+		RunTotalTimeout:  l.ms("AGENTA_RUNNER_RUN_TOTAL_TIMEOUT_MS", 39_600_000),
+		RunIdleTimeout:   l.ms("AGENTA_RUNNER_RUN_IDLE_TIMEOUT_MS", 1_800_000),
+		RunTTFBTimeout:   l.ms("AGENTA_RUNNER_RUN_TTFB_TIMEOUT_MS", 120_000),
+		ToolCallTimeout:  l.ms("AGENTA_RUNNER_TOOL_CALL_TIMEOUT_MS", 1_800_000),
+		ToolsTimeout:     l.ms("AGENTA_AGENT_TOOLS_TIMEOUT", 30_000),
+		MCPHostAllowlist: l.list("AGENTA_AGENT_MCPS_HOST_ALLOWLIST"),
+		ShutdownTimeout:  l.ms("AGENTA_RUNNER_SHUTDOWN_TIMEOUT_MS", 10_000),
+		PingInterval:     l.ms("AGENTA_RUNNER_STREAM_PING_MS", 15_000),
+	}
+	c.HarnessDir = l.str("AGENTA_RUNNER_HARNESS_DIR", filepath.Join(c.DataDir, "harnesses"))
+
+	// Providers.
+	enabled := l.str("AGENTA_RUNNER_ENABLED_SANDBOX_PROVIDERS", "")
+	if l.isSet("AGENTA_RUNNER_ENABLED_SANDBOX_PROVIDERS") && enabled == "" {
+		l.fail("AGENTA_RUNNER_ENABLED_SANDBOX_PROVIDERS is set but empty; list providers, e.g. local,daytona")
+	}
+	if enabled == "" {
+		enabled = "local"
+	}
+	seen := map[string]bool{}
+	for _, p := range strings.Split(enabled, ",") {
+		p = strings.ToLower(strings.TrimSpace(p))
+		switch {
+		case p == "":
+			l.fail("AGENTA_RUNNER_ENABLED_SANDBOX_PROVIDERS has an empty entry")
+		case !contains(knownProviders, p):
+			l.fail(fmt.Sprintf("AGENTA_RUNNER_ENABLED_SANDBOX_PROVIDERS: unknown provider %q (known: %s)", p, strings.Join(knownProviders, ", ")))
+		case seen[p]:
+			l.fail(fmt.Sprintf("AGENTA_RUNNER_ENABLED_SANDBOX_PROVIDERS lists %q twice", p))
+		default:
+			seen[p] = true
+			c.EnabledProviders = append(c.EnabledProviders, p)
+		}
+	}
+	def := strings.ToLower(l.str("AGENTA_RUNNER_DEFAULT_SANDBOX_PROVIDER", l.str("SANDBOX_AGENT_PROVIDER", "")))
+	if def == "" {
+		def = "local"
+		if len(c.EnabledProviders) > 0 && !seen["local"] {
+			def = c.EnabledProviders[0]
+		}
+	}
+	if !seen[def] {
+		l.fail(fmt.Sprintf("AGENTA_RUNNER_DEFAULT_SANDBOX_PROVIDER %q is not an enabled provider (enabled: %s)", def, strings.Join(c.EnabledProviders, ", ")))
+	}
+	c.DefaultProvider = def
+
+	switch c.LocalIsolation {
+	case "bwrap", "none":
+	default:
+		l.fail(fmt.Sprintf("AGENTA_RUNNER_LOCAL_ISOLATION %q: use bwrap or none", c.LocalIsolation))
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error", "silent":
+	default:
+		l.fail(fmt.Sprintf("AGENTA_RUNNER_LOG_LEVEL %q: use debug, info, warn, error or silent", c.LogLevel))
+	}
+	if c.LocalCPUs <= 0 {
+		l.fail("AGENTA_RUNNER_LOCAL_CPUS must be a positive number")
+	}
+
+	// Daytona: both documented spellings.
+	c.Daytona = Daytona{
+		APIKey:            l.first("AGENTA_RUNNER_DAYTONA_API_KEY", "DAYTONA_API_KEY"),
+		APIURL:            l.first("AGENTA_RUNNER_DAYTONA_API_URL", "DAYTONA_API_URL"),
+		Target:            l.first("AGENTA_RUNNER_DAYTONA_TARGET", "DAYTONA_TARGET"),
+		Snapshot:          l.first("AGENTA_RUNNER_DAYTONA_SNAPSHOT", "DAYTONA_SNAPSHOT"),
+		Image:             l.first("AGENTA_RUNNER_DAYTONA_IMAGE", "DAYTONA_IMAGE"),
+		AutoStopMinutes:   l.firstInt(15, "AGENTA_RUNNER_DAYTONA_AUTOSTOP_MINUTES", "DAYTONA_AUTOSTOP"),
+		AutoDeleteMinutes: l.firstInt(30, "AGENTA_RUNNER_DAYTONA_AUTODELETE_MINUTES", "DAYTONA_AUTODELETE"),
+		IdleTTL:           l.msNonNeg("AGENTA_RUNNER_DAYTONA_SESSION_IDLE_TTL_MS", 120_000),
+		MaxWarm:           l.lenientInt("AGENTA_RUNNER_DAYTONA_SESSION_MAX_WARM", 20),
+		OpaqueSecrets:     opaque(l.str("AGENTA_RUNNER_DAYTONA_OPAQUE_SECRETS", "")),
+	}
+	if seen["daytona"] {
+		if c.Daytona.APIKey == "" {
+			l.fail("daytona is enabled but DAYTONA_API_KEY (or AGENTA_RUNNER_DAYTONA_API_KEY) is not set")
+		}
+		if c.Daytona.Snapshot != "" && c.Daytona.Image != "" {
+			l.fail("DAYTONA_SNAPSHOT and DAYTONA_IMAGE are mutually exclusive; set one")
+		}
+		if c.Daytona.Snapshot == "" && c.Daytona.Image == "" {
+			c.Daytona.Snapshot = "agentrunner-sandbox-v1"
+		}
+		if c.Daytona.IdleTTL >= time.Duration(c.Daytona.AutoStopMinutes)*time.Minute {
+			l.warn(fmt.Sprintf("AGENTA_RUNNER_DAYTONA_SESSION_IDLE_TTL_MS (%s) is not below DAYTONA_AUTOSTOP (%d min): Daytona may stop sandboxes the pool believes warm", c.Daytona.IdleTTL, c.Daytona.AutoStopMinutes))
+		}
+	}
+
+	c.Harnesses = harnesses(environ, l)
+	return c, l.warnings, errors.Join(l.errs...)
+}
+
+// RequireServe checks what only `runner serve` needs.
+func (c Config) RequireServe() error {
+	if strings.TrimSpace(c.Token) == "" {
+		return errors.New("AGENTA_RUNNER_TOKEN is required. Generate a secret, e.g. `export AGENTA_RUNNER_TOKEN=$(openssl rand -hex 32)`, and give the same value to the platform that calls this runner")
+	}
+	if len(c.Token) < 16 {
+		return errors.New("AGENTA_RUNNER_TOKEN is too short (under 16 characters); generate one with `openssl rand -hex 32`")
+	}
+	return nil
+}
+
+// Addr is the listen address.
+func (c Config) Addr() string { return c.Host + ":" + strconv.Itoa(c.Port) }
+
+// Summary is a one-line, redacted description for the boot log.
+func (c Config) Summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "listen=%s providers=%s default=%s isolation=%s data_dir=%s store=%s keepalive=%v pool_max=%d harnesses=%s token=%s",
+		c.Addr(), strings.Join(c.EnabledProviders, ","), c.DefaultProvider, c.LocalIsolation, c.DataDir, c.storeKind(), c.KeepAlive, c.PoolMax,
+		strings.Join(c.HarnessNames(), ","), redact(c.Token))
+	if contains(c.EnabledProviders, "daytona") {
+		artifact := "snapshot:" + c.Daytona.Snapshot
+		if c.Daytona.Image != "" {
+			artifact = "image:" + c.Daytona.Image
+		}
+		target := c.Daytona.Target
+		if target == "" {
+			target = "default"
+		}
+		fmt.Fprintf(&b, " daytona_target=%s daytona_artifact=%s daytona_key=%s", target, artifact, redact(c.Daytona.APIKey))
+	}
+	return b.String()
+}
+
+func (c Config) storeKind() string {
+	if c.DatabaseURL != "" {
+		return "postgres"
+	}
+	return "sqlite"
+}
+
+// HarnessNames lists the launch table, sorted.
+func (c Config) HarnessNames() []string {
+	names := make([]string, 0, len(c.Harnesses))
+	for n := range c.Harnesses {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func redact(s string) string {
+	if s == "" {
+		return "unset"
+	}
+	return "set(" + strconv.Itoa(len(s)) + " chars)"
+}
+
+func defaultDataDir(getenv func(string) string) string {
+	if d := getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "runner")
+	}
+	if h := getenv("HOME"); h != "" && h != "/" {
+		return filepath.Join(h, ".local", "state", "runner")
+	}
+	return "/var/lib/runner"
+}
+
+func opaque(v string) bool {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "off", "false", "0", "no", "disabled", "plaintext":
+		return false
+	}
+	return true
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,247 @@
+package runner
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/wire"
+)
+
+// plan is an admitted request: everything the turn needs, resolved before
+// any sandbox, directory or secret exists.
+type plan struct {
+	req      *wire.Request
+	harness  harness
+	provider string
+	env      map[string]string // materialised model environment
+	tail     []json.RawMessage // the prompt: the tail user message as ACP blocks
+	tailText string
+	history  []wire.Message // messages before the tail
+	network  string
+	allow    []string
+}
+
+// admit checks a request against the deployment and builds its plan. Every
+// refusal names the field to fix; nothing is created before it passes.
+func (s *Service) admit(req *wire.Request) (*plan, error) {
+	p := &plan{req: req}
+	name := req.Harness
+	if name == "" {
+		name = "pi_core"
+	}
+	h, ok := s.harnesses[name]
+	if !ok {
+		return nil, errdefs.Unprocessablef("harness: unknown harness %q (configured: %s); add one with AGENTA_RUNNER_HARNESS_%s=\"<command line>\"",
+			name, strings.Join(s.harnessNames(), ", "), strings.ToUpper(name))
+	}
+	p.harness = h
+
+	p.provider = req.Sandbox
+	if p.provider == "" {
+		p.provider = s.cfg.DefaultProvider
+	}
+	if _, ok := s.providers[p.provider]; !ok {
+		return nil, errdefs.Unprocessablef("sandbox: Sandbox provider '%s' is not enabled on this deployment (enabled: %s)", p.provider, strings.Join(s.providerNames(), ", "))
+	}
+
+	env, err := materialize(req.ModelConnection)
+	if err != nil {
+		return nil, err
+	}
+	p.env = env
+
+	if sp := req.SandboxPermission; sp != nil {
+		if sp.Network != nil {
+			switch sp.Network.Mode {
+			case "", "on", "off", "allowlist":
+				p.network = sp.Network.Mode
+				p.allow = sp.Network.Allowlist
+			default:
+				return nil, errdefs.Invalidf("sandboxPermission.network.mode: %q is not one of on, off, allowlist", sp.Network.Mode)
+			}
+			if p.network != "allowlist" && len(sp.Network.Allowlist) > 0 {
+				return nil, errdefs.Invalidf("sandboxPermission.network.allowlist is only valid with mode \"allowlist\"")
+			}
+		}
+		switch sp.Filesystem {
+		case "", "on", "readonly":
+		default:
+			return nil, errdefs.Invalidf("sandboxPermission.filesystem: %q is not one of on, readonly", sp.Filesystem)
+		}
+	}
+	if p.network == "allowlist" {
+		if mc := req.ModelConnection; mc != nil && mc.Endpoint != nil && mc.Endpoint.BaseURL != "" {
+			if u, err := url.Parse(mc.Endpoint.BaseURL); err == nil && u.Host != "" {
+				p.allow = append(p.allow, u.Host) // the model's own endpoint is always reachable
+			}
+		}
+	}
+
+	for i, f := range req.HarnessFiles {
+		if err := checkRelPath(f.Path); err != nil {
+			return nil, errdefs.Invalidf("harnessFiles[%d].path: %v", i, err)
+		}
+	}
+	for i, t := range req.CustomTools {
+		if t.Kind == "code" {
+			return nil, errdefs.Invalidf("customTools[%d] (%s): Code tools are not supported by the sidecar", i, t.Name)
+		}
+	}
+	for i, m := range req.MCPServers {
+		if m.Name == "agenta-tools" {
+			return nil, errdefs.Invalidf("mcpServers[%d].name: \"agenta-tools\" is reserved for the runner's own tools", i)
+		}
+	}
+
+	if len(req.Messages) == 0 {
+		return nil, errdefs.Invalidf("messages: No user message to send (prompt/messages empty)")
+	}
+	tail := req.Messages[len(req.Messages)-1]
+	if tail.Role != "user" {
+		return nil, errdefs.Invalidf("messages: No user message to send (prompt/messages empty): the last message has role %q, want \"user\"", tail.Role)
+	}
+	blocks, text, err := promptBlocks(tail)
+	if err != nil {
+		return nil, err
+	}
+	if len(blocks) == 0 {
+		return nil, errdefs.Invalidf("messages: No user message to send (prompt/messages empty)")
+	}
+	p.tail, p.tailText = blocks, text
+	p.history = req.Messages[:len(req.Messages)-1]
+	return p, nil
+}
+
+// checkRelPath refuses paths that would land outside the working directory.
+func checkRelPath(p string) error {
+	switch {
+	case p == "":
+		return fmt.Errorf("empty path")
+	case strings.HasPrefix(p, "/"):
+		return fmt.Errorf("%q is absolute; give a path relative to the working directory", p)
+	case strings.ContainsRune(p, 0):
+		return fmt.Errorf("%q contains a NUL byte", p)
+	}
+	clean := path.Clean(p)
+	if clean == ".." || strings.HasPrefix(clean, "../") || clean == "." {
+		return fmt.Errorf("%q escapes the working directory", p)
+	}
+	return nil
+}
+
+// materialize validates a model connection and turns it into the harness
+// environment (reference 2.2).
+func materialize(mc *wire.ModelConnection) (map[string]string, error) {
+	env := map[string]string{}
+	if mc == nil {
+		return env, nil
+	}
+	bad := func(format string, a ...any) error {
+		return errdefs.Invalidf("modelConnection."+format, a...)
+	}
+	if strings.TrimSpace(mc.Provider) == "" {
+		return nil, bad("provider: required")
+	}
+	if strings.TrimSpace(mc.Deployment) == "" {
+		return nil, bad("deployment: required")
+	}
+	mode := mc.CredentialMode
+	if mode == "" {
+		mode = "env"
+		if len(mc.Credentials) == 0 {
+			mode = "none"
+		}
+	}
+	switch mode {
+	case "env":
+		if len(mc.Credentials) == 0 {
+			return nil, bad("credentials: credentialMode \"env\" needs at least one credential")
+		}
+	case "none", "runtime_provided":
+		if len(mc.Credentials) > 0 {
+			return nil, bad("credentials: credentialMode %q does not take credentials", mode)
+		}
+	default:
+		return nil, bad("credentialMode: %q is not one of env, runtime_provided, none", mode)
+	}
+	keys := make([]string, 0, len(mc.Environment))
+	for k := range mc.Environment {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v := mc.Environment[k]
+		if err := checkEnvName(k); err != nil {
+			return nil, bad("environment: %v", err)
+		}
+		if v == "" {
+			return nil, bad("environment.%s: empty value", k)
+		}
+		env[k] = v
+	}
+	for i, c := range mc.Credentials {
+		if c.Binding.Kind != "environment" {
+			return nil, bad("credentials[%d].binding.kind: %q, want \"environment\"", i, c.Binding.Kind)
+		}
+		if err := checkEnvName(c.Binding.Name); err != nil {
+			return nil, bad("credentials[%d].binding.name: %v", i, err)
+		}
+		if c.Value == "" {
+			return nil, bad("credentials[%d].value: empty", i)
+		}
+		switch c.Usage {
+		case "opaque_http":
+			if mc.Endpoint == nil || !strings.HasPrefix(strings.ToLower(mc.Endpoint.BaseURL), "https://") {
+				if !loopbackHTTP(mc.Endpoint) {
+					return nil, bad("endpoint.baseUrl: credential %s has usage opaque_http, which needs an https:// endpoint", c.Binding.Name)
+				}
+			}
+		case "local_use":
+		default:
+			return nil, bad("credentials[%d].usage: %q is not one of opaque_http, local_use", i, c.Usage)
+		}
+		if _, dup := env[c.Binding.Name]; dup {
+			return nil, bad("credentials[%d].binding.name: %s is set twice", i, c.Binding.Name)
+		}
+		env[c.Binding.Name] = c.Value
+	}
+	return env, nil
+}
+
+// loopbackHTTP lets a plain-http model server on loopback (Ollama, vLLM,
+// a test's fake model) carry an opaque credential: nothing crosses a network.
+func loopbackHTTP(ep *wire.Endpoint) bool {
+	if ep == nil {
+		return false
+	}
+	u, err := url.Parse(ep.BaseURL)
+	if err != nil || u.Scheme != "http" {
+		return false
+	}
+	h := u.Hostname()
+	return h == "localhost" || h == "::1" || strings.HasPrefix(h, "127.")
+}
+
+// reservedEnv are variables a model connection may not set: they would
+// redirect the harness or leak the runner's own settings.
+var reservedEnv = map[string]bool{"PATH": true, "HOME": true, "LD_PRELOAD": true, "LD_LIBRARY_PATH": true}
+
+func checkEnvName(k string) error {
+	if k == "" {
+		return fmt.Errorf("empty variable name")
+	}
+	for i, r := range k {
+		if !(r == '_' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || i > 0 && r >= '0' && r <= '9') {
+			return fmt.Errorf("%q is not a valid variable name", k)
+		}
+	}
+	if reservedEnv[k] || strings.HasPrefix(k, "AGENTA_RUNNER_") || strings.HasPrefix(k, "DAYTONA_") || strings.HasPrefix(k, "RUNNER_") {
+		return fmt.Errorf("%s is reserved and cannot be set by a model connection", k)
+	}
+	return nil
+}
