@@ -89,9 +89,6 @@ func New(cfg Config, r Runner, extra ...Route) *Handler {
 	for _, rt := range extra {
 		h.mux.Handle(rt.Pattern, h.auth(rt.Handler))
 	}
-	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		WriteError(w, http.StatusNotFound, "Not found")
-	})
 	return h
 }
 
@@ -110,18 +107,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(&statusRecorder{ResponseWriter: w}, r)
 }
 
-// statusRecorder turns ServeMux's plain-text 405 into the wire's JSON error.
+// statusRecorder turns ServeMux's own plain-text 404 and 405 into the
+// wire's JSON error.
 type statusRecorder struct {
 	http.ResponseWriter
 	swallow bool
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
-	if code == http.StatusMethodNotAllowed && s.Header().Get("Content-Type") == "text/plain; charset=utf-8" {
+	msg := map[int]string{http.StatusNotFound: "Not found", http.StatusMethodNotAllowed: "Method not allowed"}[code]
+	if msg != "" && s.Header().Get("Content-Type") == "text/plain; charset=utf-8" {
 		s.swallow = true
 		s.Header().Set("Content-Type", "application/json")
 		s.Header().Del("X-Content-Type-Options")
-		body := `{"ok":false,"error":"Method not allowed"}` + "\n"
+		body := `{"ok":false,"error":"` + msg + `"}` + "\n"
 		s.Header().Set("Content-Length", strconv.Itoa(len(body)))
 		s.ResponseWriter.WriteHeader(code)
 		_, _ = io.WriteString(s.ResponseWriter, body)

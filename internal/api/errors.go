@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -37,18 +38,28 @@ func WriteErr(w http.ResponseWriter, err error) {
 	WriteError(w, statusOf(err), err.Error())
 }
 
+// errorBody is the wire's error shape, ok first as the reference writes it.
+type errorBody struct {
+	OK    bool   `json:"ok"`
+	Error string `json:"error"`
+}
+
 // WriteError writes the wire's error shape.
 func WriteError(w http.ResponseWriter, status int, msg string) {
-	WriteJSON(w, status, map[string]any{"ok": false, "error": msg})
+	WriteJSON(w, status, errorBody{Error: msg})
 }
 
 // WriteJSON writes v as JSON with an explicit length.
 func WriteJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		status, b = http.StatusInternalServerError, []byte(`{"ok":false,"error":"encode response"}`)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	b := []byte(`{"ok":false,"error":"encode response"}` + "\n")
+	if err := enc.Encode(v); err != nil {
+		status = http.StatusInternalServerError
+	} else {
+		b = buf.Bytes()
 	}
-	b = append(b, '\n')
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)

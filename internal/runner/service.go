@@ -128,6 +128,11 @@ func (s *Service) Run(ctx context.Context, req *wire.Request, sink func(wire.Eve
 	defer cancel(nil)
 
 	out, err := t.run(ctx)
+	if cause := context.Cause(ctx); err == nil && out.StopReason == agent.StopCancelled && (errors.Is(cause, errKilled) || errors.Is(cause, errShutdown)) {
+		// Stopped by the operator, not finished: the caller must not take
+		// the partial output for an answer.
+		err = cause
+	}
 	res.Output = t.output.String()
 	if res.Output != "" {
 		res.Messages = []wire.OutMessage{{Role: "assistant", Content: res.Output}}
@@ -137,11 +142,18 @@ func (s *Service) Run(ctx context.Context, req *wire.Request, sink func(wire.Eve
 		if cause := context.Cause(ctx); cause != nil && errors.Is(err, context.Canceled) {
 			err = cause
 		}
+		stop := "error"
+		if out.StopReason == agent.StopCancelled {
+			stop = agent.StopCancelled
+		}
 		t.emit(wire.Event{Type: wire.EventError, Message: err.Error()})
-		t.emit(wire.Event{Type: wire.EventDone, StopReason: "error"})
+		t.emit(wire.Event{Type: wire.EventDone, StopReason: stop})
 		t.log.Warn("turn failed", logkey.Error, err, logkey.Duration, time.Since(start).Milliseconds())
 		res = failed(res, err)
 		res.Output = t.output.String()
+		if out.StopReason == agent.StopCancelled {
+			res.StopReason = agent.StopCancelled
+		}
 		res.Events = t.events
 		return res, err
 	}

@@ -38,7 +38,7 @@ func Decode(body []byte) (*Request, error) {
 	var req Request
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&req); err != nil {
-		return nil, errdefs.Invalidf("%s", describe(err))
+		return nil, errdefs.Invalidf("Invalid JSON: %s", describe(err))
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, errdefs.Invalidf("Invalid JSON: unexpected data after the request object")
@@ -60,13 +60,18 @@ func describe(err error) string {
 	}
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
-		return fmt.Sprintf("Invalid JSON at byte %d: %s", se.Offset, se.Error())
+		return fmt.Sprintf("at byte %d: %s", se.Offset, se.Error())
 	}
 	return err.Error()
 }
 
 // validate checks the shape of fields the JSON types cannot.
 func (r *Request) validate() error {
+	for i := range r.Messages {
+		if c := &r.Messages[i].Content; c.Blocks == nil {
+			c.IsText = true // absent content is empty text
+		}
+	}
 	for i, m := range r.Messages {
 		switch m.Role {
 		case "user", "assistant", "system", "tool":

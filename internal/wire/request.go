@@ -65,7 +65,7 @@ func (c *MessageContent) UnmarshalJSON(b []byte) error {
 		return json.Unmarshal(b, &c.Text)
 	}
 	if string(b) == "null" {
-		*c = MessageContent{}
+		*c = MessageContent{IsText: true} // absent content is empty text
 		return nil
 	}
 	c.IsText = false

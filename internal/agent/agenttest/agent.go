@@ -251,7 +251,10 @@ type turn struct {
 }
 
 func (r *turn) run(prompt string) {
-	first, _, _ := strings.Cut(strings.TrimSpace(prompt), " ")
+	first := ""
+	if f := strings.Fields(prompt); len(f) > 0 {
+		first = f[0]
+	}
 	if !strings.Contains(" "+Directives+" ", " "+first+" ") {
 		r.a.say(r.s.ID, "echo: ")
 		r.a.say(r.s.ID, prompt)

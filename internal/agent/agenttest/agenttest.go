@@ -45,4 +45,3 @@ func Run(in *os.File, out *os.File) int {
 	conn.Close()
 	return 0
 }
-

@@ -1,0 +1,66 @@
+package wire_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/wire"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+var seeds = []string{
+	`{"harness":"claude","messages":[{"role":"user","content":"hi"}]}`,
+	`{"harness":"pi_core","sandbox":"local","sessionId":"s","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image","data":"aGk=","mimeType":"image/png"}]}],"modelConnection":{"provider":"openai","deployment":"direct","credentials":[{"binding":{"kind":"environment","name":"K"},"value":"v","usage":"opaque_http"}]}}`,
+	`{"messages":[{"role":"user","content":"x"}],"permissions":{"default":"ask","rules":[{"pattern":"Bash(rm:*)","permission":"deny"}]},"sandboxPermission":{"network":{"mode":"allowlist","allowlist":["example.com"]}}}`,
+	`{"customTools":[{"name":"t","inputSchema":{"type":"object"}}],"toolCallback":{"endpoint":"https://x/tools/call"},"mcpServers":[{"name":"m","connection":{"type":"http","url":"https://m"}}]}`,
+	`{"secrets":{}}`, `[]`, `null`, `{"messages":5}`, `{"messages":[{"role":"user","content":null}]}`,
+}
+
+func FuzzDecode(f *testing.F) {
+	for _, s := range seeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, err := wire.Decode(body)
+		if err != nil {
+			if !errors.Is(err, errdefs.ErrInvalid) {
+				t.Fatalf("error not classed invalid: %v", err)
+			}
+			return
+		}
+		// Anything accepted survives encode → decode unchanged.
+		b, err := json.Marshal(req)
+		if err != nil {
+			t.Fatalf("re-encode: %v", err)
+		}
+		again, err := wire.Decode(b)
+		if err != nil {
+			t.Fatalf("re-decode of %s: %v", b, err)
+		}
+		if diff := cmp.Diff(req, again, cmpopts.EquateEmpty()); diff != "" {
+			t.Fatalf("round trip changed the request (-first +second):\n%s", diff)
+		}
+	})
+}
+
+func TestDecodeNamesTheField(t *testing.T) {
+	cases := map[string]string{
+		`{"harness":5}`: "harness",
+		`{"messages":[{"role":"user","content":true}]}`:                              "content",
+		`{"sandboxPermission":{"network":{"mode":1}}}`:                               "sandboxPermission.network.mode",
+		`{"harnessFiles":[{"path":1}]}`:                                              "harnessFiles.path",
+		`{"provider":"openai"}`:                                                      "Legacy top-level",
+		`{"messages":[{"role":"user","content":"a"}]} {}`:                            "after top-level value",
+		`{"mcpServers":[{"name":"a","connection":{"type":"http","url":"ftp://x"}}]}`: "mcpServers[0].connection.url",
+	}
+	for body, want := range cases {
+		_, err := wire.Decode([]byte(body))
+		if err == nil || !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), want) {
+			t.Errorf("Decode(%s) = %v, want an invalid error naming %q", body, err, want)
+		}
+	}
+}
