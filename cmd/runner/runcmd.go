@@ -61,17 +61,19 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 	}
 
 	log := newLogger(stderr, "warn")
-	svc, err := buildService(cfg, environ, log)
+	svc, closeStore, err := buildService(ctx, cfg, environ, log)
 	if err != nil {
 		fmt.Fprintln(stderr, "runner:", err)
 		return 1
 	}
+	defer closeStore()
+	defer func() { _ = svc.Shutdown(context.WithoutCancel(ctx)) }()
 	live := isTerminal(stdout) && !*stream
 	enc := json.NewEncoder(stdout)
-	res, _ := svc.Run(ctx, req, func(ev wire.Event) {
+	res, _ := svc.Run(ctx, req, func(seq int64, ev wire.Event) {
 		switch {
 		case *stream:
-			_ = enc.Encode(wire.Record{Kind: wire.RecordEvent, Event: &ev})
+			_ = enc.Encode(wire.Record{Kind: wire.RecordEvent, Seq: seq, Event: &ev})
 		case live && ev.Type == wire.EventMessageDelta:
 			fmt.Fprint(stderr, ev.Delta) // the text as it streams; the result follows on stdout
 		case live && ev.Type == wire.EventToolCall:

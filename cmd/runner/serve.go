@@ -53,9 +53,14 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 	log := newLogger(stderr, cfg.LogLevel)
 	log.Info("runner config " + cfg.Summary())
 
-	svc, err := buildService(cfg, environ, log)
+	svc, closeStore, err := buildService(ctx, cfg, environ, log)
 	if err != nil {
 		fmt.Fprintln(stderr, "runner:", err)
+		return 1
+	}
+	defer closeStore()
+	if _, err := svc.Recover(ctx); err != nil {
+		fmt.Fprintln(stderr, "runner: recover after restart:", err)
 		return 1
 	}
 	h := api.New(api.Config{
@@ -65,7 +70,7 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 		MaxBodyBytes:     cfg.MaxBodyBytes,
 		PingInterval:     cfg.PingInterval,
 		Health: func() map[string]any {
-			return map[string]any{"harnesses": svc.Harnesses(), "providers": svc.Providers(), "inFlight": svc.InFlight()}
+			return map[string]any{"harnesses": svc.Harnesses(), "providers": svc.Providers(), "inFlight": svc.InFlight(), "warm": svc.Warm()}
 		},
 		SubscriptionStatus: func() map[string]any { return subscriptionStatus(cfg, environ) },
 		Logger:             log,

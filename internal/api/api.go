@@ -21,16 +21,9 @@ import (
 
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/logkey"
+	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/wire"
 )
-
-// Runner is what the API needs from the turn engine.
-type Runner interface {
-	Check(req *wire.Request) error
-	// Run runs a turn; the error is the failure behind an ok:false result.
-	Run(ctx context.Context, req *wire.Request, sink func(wire.Event)) (wire.Result, error)
-	Kill(ctx context.Context, sessionID, projectID string) int
-}
 
 // Config configures the handler.
 type Config struct {
@@ -50,7 +43,7 @@ type Config struct {
 // Handler serves the runner's routes.
 type Handler struct {
 	cfg      Config
-	runner   Runner
+	runner   *runner.Service
 	log      *slog.Logger
 	mux      *http.ServeMux
 	inflight atomic.Int64
@@ -64,7 +57,7 @@ type Route struct {
 }
 
 // New returns the handler.
-func New(cfg Config, r Runner, extra ...Route) *Handler {
+func New(cfg Config, r *runner.Service, extra ...Route) *Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -86,6 +79,10 @@ func New(cfg Config, r Runner, extra ...Route) *Handler {
 	h.mux.Handle("POST /run", h.auth(http.HandlerFunc(h.run)))
 	h.mux.Handle("POST /stream", h.auth(http.HandlerFunc(h.run)))
 	h.mux.Handle("POST /kill", h.auth(http.HandlerFunc(h.kill)))
+	h.mux.Handle("GET /v1/sessions", h.auth(http.HandlerFunc(h.listSessions)))
+	h.mux.Handle("GET /v1/sessions/{id}", h.auth(http.HandlerFunc(h.getSession)))
+	h.mux.Handle("DELETE /v1/sessions/{id}", h.auth(http.HandlerFunc(h.deleteSession)))
+	h.mux.Handle("GET /v1/sessions/{id}/events", h.auth(http.HandlerFunc(h.sessionEvents)))
 	for _, rt := range extra {
 		h.mux.Handle(rt.Pattern, h.auth(rt.Handler))
 	}
@@ -243,15 +240,16 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request) {
 		WriteErr(w, err)
 		return
 	}
-	if err := h.runner.Check(req); err != nil {
+	turn, err := h.runner.Start(r.Context(), req)
+	if err != nil {
 		WriteErr(w, err)
 		return
 	}
 	if strings.Contains(r.Header.Get("Accept"), "application/x-ndjson") {
-		h.stream(w, r, req)
+		h.stream(w, r, turn)
 		return
 	}
-	res, err := h.runner.Run(r.Context(), req, nil)
+	res, err := turn.Run(r.Context(), nil)
 	status := http.StatusOK
 	if err != nil {
 		status = statusOf(err)
@@ -261,12 +259,12 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request) {
 
 // stream writes NDJSON: event records as they happen, a ping record when
 // the turn has been silent for PingInterval, then exactly one result.
-func (h *Handler) stream(w http.ResponseWriter, r *http.Request, req *wire.Request) {
+func (h *Handler) stream(w http.ResponseWriter, r *http.Request, turn *runner.Turn) {
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	out := &ndjson{w: w, rc: http.NewResponseController(w), enc: json.NewEncoder(w)}
+	out := &ndjson{w: w, rc: http.NewResponseController(w), enc: newEncoder(w)}
 	out.flush()
 
 	stop := make(chan struct{})
@@ -287,8 +285,8 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, req *wire.Reque
 			}
 		}
 	}()
-	res, _ := h.runner.Run(r.Context(), req, func(ev wire.Event) {
-		out.write(wire.Record{Kind: wire.RecordEvent, Event: &ev})
+	res, _ := turn.Run(r.Context(), func(seq int64, ev wire.Event) {
+		out.write(wire.Record{Kind: wire.RecordEvent, Seq: seq, Event: &ev})
 	})
 	close(stop)
 	wg.Wait()
@@ -318,6 +316,18 @@ func (n *ndjson) write(rec wire.Record) {
 		n.err = n.rc.Flush()
 	}
 	n.last = time.Now()
+}
+
+func newEncoder(w io.Writer) *json.Encoder {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc
+}
+
+func (n *ndjson) failed() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.err
 }
 
 func (n *ndjson) flush() {

@@ -10,8 +10,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +25,7 @@ import (
 	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandbox/local"
+	"github.com/agentrunner/runner/internal/store/sqlite"
 	"github.com/agentrunner/runner/internal/wire"
 	"github.com/google/go-cmp/cmp"
 )
@@ -48,6 +51,11 @@ func newEnv(t *testing.T, opts ...option) *env {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "runner.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
 	svc, err := runner.New(runner.Config{
 		Version:         "test",
 		DefaultProvider: "local",
@@ -56,9 +64,10 @@ func newEnv(t *testing.T, opts ...option) *env {
 			"claude": agent.Builtin("claude", agenttest.Command()),
 			"ghost":  {Command: []string{"no-such-harness-binary"}},
 		},
-		BaseEnv: []string{"PATH=/usr/bin:/bin"},
-		Logger:  log,
-	}, []sandbox.Provider{p}, &acp.Driver{ClientVersion: "test", CancelGrace: 2 * time.Second})
+		BaseEnv:   []string{"PATH=/usr/bin:/bin"},
+		KeepAlive: true,
+		Logger:    log,
+	}, []sandbox.Provider{p}, &acp.Driver{ClientVersion: "test", CancelGrace: 2 * time.Second}, st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +79,10 @@ func newEnv(t *testing.T, opts ...option) *env {
 		o(&cfg)
 	}
 	srv := httptest.NewServer(api.New(cfg, svc))
-	t.Cleanup(srv.Close)
+	t.Cleanup(func() {
+		srv.Close()
+		_ = svc.Shutdown(context.Background())
+	})
 	return &env{srv: srv, svc: svc}
 }
 
@@ -99,9 +111,16 @@ func (e *env) do(t *testing.T, method, path, body string, hdr map[string]string)
 	return resp.StatusCode, b
 }
 
+var sessionSeq atomic.Int64
+
+// runBody is a request in a session of its own.
 func runBody(harness, prompt string, extra ...string) string {
+	return sessionBody("s"+strconv.FormatInt(sessionSeq.Add(1), 10), harness, prompt, extra...)
+}
+
+func sessionBody(session, harness, prompt string, extra ...string) string {
 	p, _ := json.Marshal(prompt)
-	s := `{"harness":"` + harness + `","sessionId":"s1","projectId":"p1","messages":[{"role":"user","content":` + string(p) + `}]`
+	s := `{"harness":"` + harness + `","sessionId":"` + session + `","projectId":"p1","messages":[{"role":"user","content":` + string(p) + `}]`
 	for _, x := range extra {
 		s += "," + x
 	}
@@ -224,7 +243,7 @@ func TestRunJSON(t *testing.T) {
 	if err := json.Unmarshal(body, &res); err != nil {
 		t.Fatal(err)
 	}
-	if !res.OK || res.Output != "echo: hello there" || res.StopReason != "end_turn" || res.SessionID != "s1" || res.Model != "m1" || res.Capabilities == nil {
+	if !res.OK || res.Output != "echo: hello there" || res.StopReason != "end_turn" || res.SessionID == "" || res.Model != "m1" || res.Capabilities == nil {
 		t.Errorf("result %+v", res)
 	}
 	if diff := cmp.Diff([]wire.OutMessage{{Role: "assistant", Content: "echo: hello there"}}, res.Messages); diff != "" {
@@ -234,7 +253,7 @@ func TestRunJSON(t *testing.T) {
 	for _, ev := range res.Events {
 		types = append(types, ev.Type)
 	}
-	if diff := cmp.Diff([]string{"message_start", "message_delta", "message_delta", "message_end", "done"}, types); diff != "" {
+	if diff := cmp.Diff([]string{"data", "message_start", "message_delta", "message_delta", "message_end", "done"}, types); diff != "" {
 		t.Errorf("events (-want +got): %s", diff)
 	}
 }
@@ -288,7 +307,7 @@ func TestStreamNDJSON(t *testing.T) {
 			got = append(got, "RESULT")
 		}
 	}
-	want := []string{"data", "data", "thought_start", "thought_delta", "thought_end", "message_start", "message_delta", "message_delta", "message_end",
+	want := []string{"data", "data", "data", "thought_start", "thought_delta", "thought_end", "message_start", "message_delta", "message_delta", "message_end",
 		"tool_call", "tool_result", "usage", "done", "RESULT"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("records (-want +got):\n%s", diff)
@@ -351,7 +370,7 @@ func waitGone(t *testing.T, pid int) {
 
 func TestKillCancelsTurn(t *testing.T) {
 	e := newEnv(t)
-	resp, sc := stream(t, e, t.Context(), runBody("fake", "pid\nsleep 1h"))
+	resp, sc := stream(t, e, t.Context(), sessionBody("s1", "fake", "pid\nsleep 1h"))
 	defer resp.Body.Close()
 	pid := pidOf(t, sc)
 	if code, body := e.do(t, "POST", "/kill", `{"sessionId":"s1","projectId":"other"}`, nil); code != 200 || !bytes.Contains(body, []byte(`"killed":0`)) {
@@ -381,7 +400,7 @@ func TestKillCancelsTurn(t *testing.T) {
 func TestClientDisconnectCancelsTurn(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(t.Context())
-	resp, sc := stream(t, e, ctx, runBody("fake", "pid\nsleep 1h"))
+	resp, sc := stream(t, e, ctx, `{"harness":"fake","messages":[{"role":"user","content":"pid\nsleep 1h"}]}`)
 	pid := pidOf(t, sc)
 	cancel()
 	resp.Body.Close()
@@ -467,7 +486,7 @@ func TestHarnessEnvironmentIsScrubbed(t *testing.T) {
 
 func TestConcurrencyLimit(t *testing.T) {
 	e := newEnv(t, func(c *api.Config) { c.ConcurrencyLimit = 1 })
-	resp, sc := stream(t, e, t.Context(), runBody("fake", "pid\nsleep 1h"))
+	resp, sc := stream(t, e, t.Context(), sessionBody("s1", "fake", "pid\nsleep 1h"))
 	defer resp.Body.Close()
 	pidOf(t, sc)
 	code, body := e.do(t, "POST", "/run", runBody("fake", "hi"), nil)

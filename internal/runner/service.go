@@ -15,7 +15,9 @@ import (
 	"github.com/agentrunner/runner/internal/agent"
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/logkey"
+	"github.com/agentrunner/runner/internal/pool"
 	"github.com/agentrunner/runner/internal/sandbox"
+	"github.com/agentrunner/runner/internal/store"
 	"github.com/agentrunner/runner/internal/wire"
 )
 
@@ -31,7 +33,22 @@ type Config struct {
 	HistoryMaxChars int
 	// TeardownTimeout bounds closing a session and destroying its sandbox.
 	TeardownTimeout time.Duration
-	Logger          *slog.Logger
+
+	// ReplicaID names this runner in the turn ledger and session leases;
+	// it must survive restarts for crash recovery to find its turns.
+	ReplicaID string
+	// KeepAlive keeps harnesses warm between turns of a session.
+	KeepAlive   bool
+	PoolMax     int
+	SessionTTL  time.Duration
+	ApprovalTTL time.Duration
+	// LeaseTTL is how long a running turn's session lease lasts between
+	// renewals (renewed at a third of it).
+	LeaseTTL time.Duration
+	// PoolClock drives warm-session timers; nil is the real clock.
+	PoolClock pool.Clock
+
+	Logger *slog.Logger
 }
 
 // Service runs turns.
@@ -40,21 +57,24 @@ type Service struct {
 	providers map[string]sandbox.Provider
 	harnesses map[string]harness
 	driver    agent.Driver
+	store     store.Store
+	pool      *pool.Pool
+	hubs      hubs
 	log       *slog.Logger
 
 	// mu guards the following.
 	mu       sync.Mutex
 	inflight map[*turn]struct{}
+	busy     map[string]*turn // session key -> its running turn
 	closing  bool
-	wg       sync.WaitGroup
 }
 
 type harness struct {
 	spec agent.Spec
 }
 
-// New returns a Service over the given providers and driver.
-func New(cfg Config, providers []sandbox.Provider, driver agent.Driver) (*Service, error) {
+// New returns a Service over the given providers, driver and store.
+func New(cfg Config, providers []sandbox.Provider, driver agent.Driver, st store.Store) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -64,7 +84,30 @@ func New(cfg Config, providers []sandbox.Provider, driver agent.Driver) (*Servic
 	if cfg.HistoryMaxChars <= 0 {
 		cfg.HistoryMaxChars = 100_000
 	}
-	s := &Service{cfg: cfg, providers: map[string]sandbox.Provider{}, harnesses: map[string]harness{}, driver: driver, log: cfg.Logger, inflight: map[*turn]struct{}{}}
+	if cfg.SessionTTL <= 0 {
+		cfg.SessionTTL = time.Minute
+	}
+	if cfg.ApprovalTTL <= 0 {
+		cfg.ApprovalTTL = 10 * time.Minute
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 90 * time.Second
+	}
+	if cfg.ReplicaID == "" {
+		cfg.ReplicaID = "replica-" + newID()[:8]
+	}
+	if st == nil {
+		return nil, errors.New("runner: a store is required")
+	}
+	s := &Service{
+		cfg: cfg, providers: map[string]sandbox.Provider{}, harnesses: map[string]harness{},
+		driver: driver, store: st, log: cfg.Logger,
+		inflight: map[*turn]struct{}{}, busy: map[string]*turn{},
+	}
+	s.pool = pool.New(pool.Config{
+		Max: cfg.PoolMax, IdleTTL: cfg.SessionTTL, ApprovalTTL: cfg.ApprovalTTL,
+		TeardownTimeout: cfg.TeardownTimeout, Clock: cfg.PoolClock, Logger: cfg.Logger,
+	})
 	for _, p := range providers {
 		s.providers[p.Name()] = p
 	}
@@ -76,6 +119,58 @@ func New(cfg Config, providers []sandbox.Provider, driver agent.Driver) (*Servic
 		s.harnesses[name] = harness{spec: spec}
 	}
 	return s, nil
+}
+
+// Recover runs once at start-up, before the first turn: turns this replica
+// was running when it died are marked interrupted, and sandboxes it left
+// are reaped. It returns how many turns it marked.
+func (s *Service) Recover(ctx context.Context) (int, error) {
+	n, err := s.store.InterruptTurns(ctx, s.cfg.ReplicaID, time.Now())
+	if err != nil {
+		return 0, fmt.Errorf("mark interrupted turns: %w", err)
+	}
+	if n > 0 {
+		s.log.Warn("turns interrupted by the previous stop of this replica", "turns", n)
+	}
+	for name, p := range s.providers {
+		recs, err := s.store.ListSandboxes(ctx, store.SandboxQuery{Provider: name})
+		if err != nil {
+			return n, fmt.Errorf("list sandboxes: %w", err)
+		}
+		for _, rec := range recs {
+			if rec.State == store.SandboxDestroyed {
+				continue
+			}
+			s.reap(ctx, p, rec)
+		}
+	}
+	return n, nil
+}
+
+// reap destroys a sandbox left by an earlier process. Local harness
+// processes died with that process; what is left is the directory (and,
+// for remote providers, the machine).
+func (s *Service) reap(ctx context.Context, p sandbox.Provider, rec store.Sandbox) {
+	log := s.log.With(logkey.Sandbox, rec.ID, logkey.Provider, rec.Provider)
+	if o, ok := p.(sandbox.Opener); ok {
+		sb, err := o.Open(ctx, rec.ID, sandbox.Spec{SessionID: rec.SessionID})
+		switch {
+		case err == nil:
+			if err := sb.Destroy(ctx); err != nil {
+				log.Warn("reap orphaned sandbox", logkey.Error, err)
+				return
+			}
+		case !errors.Is(err, errdefs.ErrNotFound):
+			log.Warn("reap orphaned sandbox", logkey.Error, err)
+			return
+		}
+	}
+	rec.State = store.SandboxDestroyed
+	if _, err := s.store.PutSandbox(ctx, rec); err != nil {
+		log.Warn("record reaped sandbox", logkey.Error, err)
+		return
+	}
+	log.Info("reaped orphaned sandbox")
 }
 
 func (s *Service) harnessNames() []string {
@@ -96,44 +191,81 @@ func (s *Service) providerNames() []string {
 	return out
 }
 
-// Check admits req without running it: the same refusals Run would give,
-// before anything is created. The API calls it so a bad request is a 4xx,
-// not a failed stream.
-func (s *Service) Check(req *wire.Request) error {
-	_, err := s.admit(req)
-	return err
-}
+// Sink receives a turn's events. seq numbers the event in its session's
+// log; it is 0 for transient events and for turns without a session.
+type Sink func(seq int64, ev wire.Event)
 
-// Run runs one turn. Events go to sink as they happen (sink is never called
-// after Run returns); the result is always returned, ok:false on failure.
-// Cancelling ctx cancels the turn (ACP session/cancel) and tears it down.
-func (s *Service) Run(ctx context.Context, req *wire.Request, sink func(wire.Event)) (wire.Result, error) {
-	start := time.Now()
+// Start admits req and claims its session: the refusals a caller can fix
+// (bad request, session busy, owned by another replica) come here, before
+// anything is created. The returned turn must be run.
+func (s *Service) Start(ctx context.Context, req *wire.Request) (*Turn, error) {
 	if req.TurnID == "" {
 		req.TurnID = newID()
 	}
-	res := wire.Result{SessionID: req.SessionID, TurnID: req.TurnID, Model: req.Model, Messages: []wire.OutMessage{}, Events: []wire.Event{}}
 	p, err := s.admit(req)
 	if err != nil {
+		return nil, err
+	}
+	t := &turn{svc: s, plan: p, done: make(chan struct{}), index: -1,
+		log: s.log.With(logkey.Session, req.SessionID, logkey.Turn, req.TurnID, logkey.Harness, p.harness.spec.Name, logkey.Provider, p.provider)}
+	if req.SessionID != "" {
+		t.key = projectOf(req) + ":" + req.SessionID
+	}
+	if err := s.claim(ctx, t); err != nil {
+		return nil, err
+	}
+	return &Turn{t: t}, nil
+}
+
+// Turn is an admitted turn.
+type Turn struct{ t *turn }
+
+// Run runs the turn (Service.Run's contract).
+func (r *Turn) Run(ctx context.Context, sink Sink) (wire.Result, error) {
+	return r.t.svc.run(ctx, r.t, sink)
+}
+
+// Run admits and runs one turn: Start then Turn.Run.
+func (s *Service) Run(ctx context.Context, req *wire.Request, sink Sink) (wire.Result, error) {
+	t, err := s.Start(ctx, req)
+	if err != nil {
+		res := wire.Result{SessionID: req.SessionID, TurnID: req.TurnID, Model: req.Model, Messages: []wire.OutMessage{}, Events: []wire.Event{}}
 		return failed(res, err), err
 	}
-	t := &turn{svc: s, plan: p, sink: sink, done: make(chan struct{}), log: s.log.With(logkey.Session, req.SessionID, logkey.Turn, req.TurnID, logkey.Harness, p.harness.spec.Name, logkey.Provider, p.provider)}
+	return t.Run(ctx, sink)
+}
+
+// run runs a started turn. Events go to sink as they happen (never after
+// run returns); the result is always returned, ok:false on failure.
+// Cancelling ctx cancels a turn without a session; a session's turn
+// outlives its caller (the events stay readable from the session log) and
+// stops only by /kill, DELETE or shutdown.
+func (s *Service) run(ctx context.Context, t *turn, sink Sink) (wire.Result, error) {
+	start := time.Now()
+	req := t.plan.req
+	res := wire.Result{SessionID: req.SessionID, TurnID: req.TurnID, Model: req.Model, Messages: []wire.OutMessage{}, Events: []wire.Event{}}
+	if t.key != "" {
+		ctx = context.WithoutCancel(ctx)
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	t.cancel = cancel
+	t.sink = sink
 	if err := s.register(t); err != nil {
 		cancel(nil)
+		s.unclaim(t)
+		close(t.done)
 		return failed(res, err), err
 	}
 	defer s.unregister(t)
 	defer cancel(nil)
 
 	out, err := t.run(ctx)
-	if cause := context.Cause(ctx); err == nil && out.StopReason == agent.StopCancelled && (errors.Is(cause, errKilled) || errors.Is(cause, errShutdown)) {
+	if cause := context.Cause(ctx); err == nil && out.StopReason == agent.StopCancelled && (errors.Is(cause, errKilled) || errors.Is(cause, errShutdown) || errors.Is(cause, errDeleted)) {
 		// Stopped by the operator, not finished: the caller must not take
 		// the partial output for an answer.
 		err = cause
 	}
-	res.Output = t.output.String()
+	res.Output = t.outputText()
 	if res.Output != "" {
 		res.Messages = []wire.OutMessage{{Role: "assistant", Content: res.Output}}
 	}
@@ -142,29 +274,19 @@ func (s *Service) Run(ctx context.Context, req *wire.Request, sink func(wire.Eve
 		if cause := context.Cause(ctx); cause != nil && errors.Is(err, context.Canceled) {
 			err = cause
 		}
-		stop := "error"
-		if out.StopReason == agent.StopCancelled {
-			stop = agent.StopCancelled
-		}
-		t.emit(wire.Event{Type: wire.EventError, Message: err.Error()})
-		t.emit(wire.Event{Type: wire.EventDone, StopReason: stop})
-		t.log.Warn("turn failed", logkey.Error, err, logkey.Duration, time.Since(start).Milliseconds())
 		res = failed(res, err)
-		res.Output = t.output.String()
+		res.Output = t.outputText()
 		if out.StopReason == agent.StopCancelled {
 			res.StopReason = agent.StopCancelled
 		}
-		res.Events = t.events
+		res.Events = t.eventList()
+		t.log.Warn("turn failed", logkey.Error, err, logkey.Duration, time.Since(start).Milliseconds())
 		return res, err
 	}
 	res.OK = true
 	res.StopReason = out.StopReason
-	if out.Usage != nil {
-		res.Usage = out.Usage
-		t.emit(wire.UsageEvent(*out.Usage))
-	}
-	t.emit(wire.Event{Type: wire.EventDone, StopReason: out.StopReason})
-	res.Events = t.events
+	res.Usage = out.Usage
+	res.Events = t.eventList()
 	t.log.Info("turn ended", "stop_reason", out.StopReason, logkey.Duration, time.Since(start).Milliseconds())
 	return res, nil
 }
@@ -173,6 +295,47 @@ func failed(res wire.Result, err error) wire.Result {
 	res.OK = false
 	res.Error = err.Error()
 	return res
+}
+
+// claim makes t the session's only running turn on this replica and takes
+// the session's lease, so no other replica runs it at the same time.
+func (s *Service) claim(ctx context.Context, t *turn) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return errdefs.With(errdefs.ErrUnavailable, errors.New("runner is shutting down"))
+	}
+	if t.key != "" {
+		if other, ok := s.busy[t.key]; ok {
+			s.mu.Unlock()
+			return errdefs.With(errdefs.ErrConflict, fmt.Errorf("session %s already has a turn in flight (turn %s); wait for its result, or POST /kill to stop it", t.plan.req.SessionID, other.plan.req.TurnID))
+		}
+		s.busy[t.key] = t
+	}
+	s.mu.Unlock()
+	if t.key == "" {
+		return nil
+	}
+	if _, err := s.store.AcquireLease(ctx, t.plan.req.SessionID, s.cfg.ReplicaID, time.Now(), s.cfg.LeaseTTL); err != nil {
+		s.unclaim(t)
+		var le *store.LeaseError
+		if errors.As(err, &le) {
+			return errdefs.With(errdefs.ErrConflict, fmt.Errorf("session %s is running on replica %s until %s; retry after that or send the turn to that replica", le.SessionID, le.Owner, le.Expires.UTC().Format(time.RFC3339)))
+		}
+		return fmt.Errorf("lease session %s: %w", t.plan.req.SessionID, err)
+	}
+	return nil
+}
+
+func (s *Service) unclaim(t *turn) {
+	if t.key == "" {
+		return
+	}
+	s.mu.Lock()
+	if s.busy[t.key] == t {
+		delete(s.busy, t.key)
+	}
+	s.mu.Unlock()
 }
 
 func (s *Service) register(t *turn) error {
@@ -191,26 +354,32 @@ func (s *Service) unregister(t *turn) {
 	s.mu.Unlock()
 }
 
-// errKilled is the cause of a turn stopped by /kill.
-var errKilled = errors.New("turn killed by /kill")
+var (
+	errKilled   = errors.New("turn killed by /kill")
+	errShutdown = errors.New("runner is shutting down")
+	errDeleted  = errors.New("session deleted")
+)
 
-// errShutdown is the cause of a turn stopped by runner shutdown.
-var errShutdown = errors.New("runner is shutting down")
-
-// Kill cancels every in-flight turn of the session in the project and
-// waits (bounded by ctx) for their teardown. It returns how many it stopped.
+// Kill cancels the session's in-flight turn in the project, releases its
+// warm harness and waits (bounded by ctx) for the teardown. It returns how
+// many turns it stopped.
 func (s *Service) Kill(ctx context.Context, sessionID, projectID string) int {
+	n := s.stopSession(ctx, projectID+":"+sessionID, errKilled)
+	s.pool.Evict(projectID+":"+sessionID, pool.ReasonKill)
+	return n
+}
+
+func (s *Service) stopSession(ctx context.Context, key string, cause error) int {
 	s.mu.Lock()
 	var hit []*turn
 	for t := range s.inflight {
-		r := t.plan.req
-		if r.SessionID == sessionID && projectOf(r) == projectID {
+		if t.key == key {
 			hit = append(hit, t)
 		}
 	}
 	s.mu.Unlock()
 	for _, t := range hit {
-		t.cancel(errKilled)
+		t.cancel(cause)
 	}
 	for _, t := range hit {
 		t.waitDone(ctx)
@@ -225,8 +394,8 @@ func projectOf(r *wire.Request) string {
 	return r.ProjectID
 }
 
-// Shutdown refuses new turns, cancels in-flight ones and waits for their
-// teardown, bounded by ctx.
+// Shutdown refuses new turns, cancels in-flight ones, releases warm
+// sessions and waits for all teardown, bounded by ctx.
 func (s *Service) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
@@ -241,6 +410,12 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	for _, t := range turns {
 		t.waitDone(ctx)
 	}
+	done := make(chan struct{})
+	go func() { s.pool.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 	return ctx.Err()
 }
 
@@ -250,6 +425,9 @@ func (s *Service) InFlight() int {
 	defer s.mu.Unlock()
 	return len(s.inflight)
 }
+
+// Warm is the number of warm sessions.
+func (s *Service) Warm() int { return s.pool.Len() }
 
 // Harnesses describes the launch table for /health.
 func (s *Service) Harnesses() []string { return s.harnessNames() }

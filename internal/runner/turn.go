@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path"
@@ -12,8 +13,11 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/agent"
+	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/logkey"
+	"github.com/agentrunner/runner/internal/pool"
 	"github.com/agentrunner/runner/internal/sandbox"
+	"github.com/agentrunner/runner/internal/store"
 	"github.com/agentrunner/runner/internal/wire"
 )
 
@@ -21,104 +25,494 @@ import (
 type turn struct {
 	svc    *Service
 	plan   *plan
-	sink   func(wire.Event)
+	key    string // project:session, empty for a turn without a session
 	log    *slog.Logger
+	sink   Sink
 	cancel context.CancelCauseFunc
 	done   chan struct{}
 	caps   *wire.Capabilities
+	index  int // ledger index, -1 without a session
+	evlog  *eventLog
 
 	// mu guards the following: events arrive on the harness's reader.
 	mu     sync.Mutex
+	seq    int64
 	output strings.Builder
 	events []wire.Event
 }
 
 func (t *turn) waitDone(ctx context.Context) {
-	if t.done == nil {
-		return
-	}
 	select {
 	case <-t.done:
 	case <-ctx.Done():
 	}
 }
 
-// emit records an event and forwards it to the caller.
+func (t *turn) outputText() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.output.String()
+}
+
+func (t *turn) eventList() []wire.Event {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]wire.Event{}, t.events...)
+}
+
+// emit records an event, logs it in the session and forwards it to the
+// caller and to followers of the session.
 func (t *turn) emit(ev wire.Event) {
+	t.record(ev, true)
+}
+
+// record is emit; live=false keeps the event out of the caller's stream
+// (coalesced messages kept only in the session log).
+func (t *turn) record(ev wire.Event, live bool) {
 	t.mu.Lock()
 	if ev.Type == wire.EventMessageDelta {
 		t.output.WriteString(ev.Delta)
 	}
-	if !ev.Transient {
+	var seq int64
+	if !ev.Transient && live {
 		t.events = append(t.events, ev)
 	}
+	if !ev.Transient && t.evlog != nil {
+		t.seq++
+		seq = t.seq
+		t.evlog.add(store.Event{Seq: seq, TurnIndex: t.index, Time: time.Now(), Event: ev})
+	}
 	t.mu.Unlock()
+	if !live {
+		return
+	}
+	if t.key != "" && seq > 0 {
+		t.svc.hubs.get(t.plan.req.SessionID).publish(wire.Record{Kind: wire.RecordEvent, Seq: seq, Event: &ev})
+	}
 	if t.sink != nil {
-		t.sink(ev)
+		t.sink(seq, ev)
 	}
 }
 
-func (t *turn) run(ctx context.Context) (agent.Outcome, error) {
+// live is a harness session with its sandbox: what the pool keeps warm.
+type live struct {
+	sb        sandbox.Sandbox
+	sess      agent.Session
+	harness   string
+	provider  string
+	configFP  string
+	historyFP string // of the conversation the next turn must continue
+	epoch     string
+	stateKey  string
+
+	// mu guards cur: the turn the session's callbacks serve now.
+	mu  sync.Mutex
+	cur *turn
+}
+
+func (lv *live) turn() *turn {
+	lv.mu.Lock()
+	defer lv.mu.Unlock()
+	return lv.cur
+}
+
+func (lv *live) attach(t *turn) {
+	lv.mu.Lock()
+	lv.cur = t
+	lv.mu.Unlock()
+}
+
+func (t *turn) run(ctx context.Context) (out agent.Outcome, err error) {
 	defer close(t.done)
+	defer t.svc.unclaim(t)
 	p := t.plan
 	t.emit(wire.DataEvent("agent-status", map[string]string{"phase": "environment_starting"}, true))
 
+	prior, err := t.begin(ctx)
+	if err != nil {
+		return agent.Outcome{}, err
+	}
+	var lv *live
+	mode := "new"
+	defer func() { t.settle(lv, out, err) }()
+
+	if t.key != "" && t.svc.cfg.KeepAlive {
+		lv = t.warm()
+		if lv != nil {
+			mode = "warm"
+		}
+	}
+	if lv == nil {
+		if lv, err = t.cold(ctx, prior); err != nil {
+			return agent.Outcome{}, err
+		}
+		if lv.sess.Info().Loaded {
+			mode = "load"
+		}
+	}
+	lv.attach(t)
+	caps := lv.sess.Info().Capabilities
+	t.caps = &caps
+	t.emit(wire.DataEvent("agent-status", map[string]string{"phase": "environment_ready"}, true))
+
+	blocks := p.tail
+	if mode == "new" {
+		history := p.history
+		if len(history) == 0 && len(prior) > 0 {
+			history = prior // the caller sent only its new message; the log knows the rest
+		}
+		if text := replay(history, p.tailText, t.svc.cfg.HistoryMaxChars); text != p.tailText {
+			blocks = append([]json.RawMessage{textBlock(text)}, nonText(p.tail)...)
+			mode = "replay"
+		}
+	}
+	t.record(wire.DataEvent("agent-session", map[string]string{"mode": mode, "agentSessionId": lv.sess.ID(), "sandbox": lv.sb.Info().ID}, false), true)
+	return lv.sess.Prompt(ctx, blocks, t.emit)
+}
+
+// begin records the turn in the ledger and opens its event log. It returns
+// the conversation the log holds, for a cold turn whose caller sent only
+// its newest message.
+func (t *turn) begin(ctx context.Context) ([]wire.Message, error) {
+	if t.key == "" {
+		return nil, nil
+	}
+	p := t.plan
+	st := t.svc.store
+	sess, err := st.GetSession(ctx, p.req.SessionID)
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		sess, err = st.PutSession(ctx, store.Session{ID: p.req.SessionID, ProjectID: projectOf(p.req), Harness: p.harness.spec.Name, Status: store.SessionActive})
+	case err == nil && sess.Status == store.SessionDeleted:
+		return nil, errdefs.With(errdefs.ErrConflict, fmt.Errorf("session %s was deleted; start a new sessionId", sess.ID))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("session %s: %w", p.req.SessionID, err)
+	}
+	begun, err := st.BeginTurn(ctx, store.Turn{
+		SessionID: sess.ID, Index: sess.LastTurnIndex + 1, TurnID: p.req.TurnID, Harness: p.harness.spec.Name,
+		SandboxProvider: p.provider, StartedAt: time.Now(), Owner: t.svc.cfg.ReplicaID,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("begin turn of session %s: %w", sess.ID, err)
+	}
+	t.index = begun.Index
+	t.mu.Lock()
+	t.seq = sess.LastSeq
+	t.evlog = newEventLog(st, sess.ID, t.log)
+	t.mu.Unlock()
+	t.record(wire.Event{Type: wire.EventMessage, Role: "user", Text: p.tailText}, false)
+
+	if len(p.history) > 0 || sess.LastSeq == 0 {
+		return nil, nil
+	}
+	return t.svc.conversation(ctx, sess.ID, sess.LastSeq)
+}
+
+// warm takes the session's warm harness from the pool if it can continue
+// this turn: same configuration, same conversation, same credentials, and
+// a plain user message. Otherwise the warm harness is released with the
+// reason, and the turn runs cold.
+func (t *turn) warm() *live {
+	e, ok := t.svc.pool.Checkout(t.key)
+	if !ok {
+		return nil
+	}
+	lv := e.Value.(*live)
+	reason, why := lv.mismatch(t.plan)
+	if reason == "" {
+		return lv
+	}
+	t.log.Info("warm session not reusable", logkey.Reason, reason, "why", why)
+	t.record(wire.DataEvent("agent-session.teardown", map[string]string{"reason": reason, "why": why}, false), true)
+	ctx, cancel := context.WithTimeout(context.Background(), t.svc.cfg.TeardownTimeout)
+	defer cancel()
+	e.Release(ctx, reason)
+	return nil
+}
+
+func (lv *live) mismatch(p *plan) (reason, why string) {
+	switch {
+	case lv.harness != p.harness.spec.Name || lv.provider != p.provider:
+		return pool.ReasonRuntimeChanged, "harness or provider changed"
+	case lv.configFP != configFingerprint(p.req, p.provider):
+		return pool.ReasonRuntimeChanged, "config"
+	case len(p.history) > 0 && lv.historyFP != historyFingerprint(p.history):
+		return pool.ReasonContinuityInvalid, "history"
+	case !constantEqual(lv.epoch, credentialEpoch(p.env, p.req)):
+		return pool.ReasonRuntimeChanged, "credentials-rotated"
+	case len(p.tail) == 0:
+		return pool.ReasonContinuityInvalid, "tail"
+	}
+	return "", ""
+}
+
+// cold creates a sandbox and opens a harness session in it: reloading the
+// harness's own transcript when this harness wrote the session's latest
+// completed turn and its state survived, a new session otherwise.
+func (t *turn) cold(ctx context.Context, prior []wire.Message) (*live, error) {
+	p := t.plan
 	prov := t.svc.providers[p.provider]
+	lv := &live{harness: p.harness.spec.Name, provider: p.provider, configFP: configFingerprint(p.req, p.provider), epoch: credentialEpoch(p.env, p.req)}
+	if t.key != "" {
+		if _, ok := prov.(sandbox.StateRemover); ok {
+			lv.stateKey = t.key
+		}
+	}
 	start := time.Now()
 	sb, err := prov.Create(ctx, sandbox.Spec{
 		SessionID: p.req.SessionID,
 		ProjectID: projectOf(p.req),
 		Network:   sandbox.Network{Mode: p.network, Allow: p.allow},
 		ReadOnly:  p.req.SandboxPermission != nil && p.req.SandboxPermission.Filesystem == "readonly",
-		Labels:    map[string]string{"session": p.req.SessionID, "turn": p.req.TurnID},
+		StateKey:  lv.stateKey,
+		Labels:    map[string]string{"session": p.req.SessionID, "project": projectOf(p.req), "replica": t.svc.cfg.ReplicaID},
 		OnEvent: func(name string, data map[string]any) {
-			t.emit(wire.DataEvent(name, data, false))
+			if cur := lv.turn(); cur != nil {
+				cur.emit(wire.DataEvent(name, data, false))
+			}
 		},
 	})
 	if err != nil {
-		return agent.Outcome{}, fmt.Errorf("create %s sandbox: %w", p.provider, err)
+		return nil, fmt.Errorf("create %s sandbox: %w", p.provider, err)
 	}
+	lv.sb = sb
 	info := sb.Info()
-	log := t.log.With(logkey.Sandbox, info.ID)
-	log.Debug("timing", logkey.Stage, "sandbox_start", logkey.Duration, time.Since(start).Milliseconds())
-	var sess agent.Session
-	defer func() {
-		// Teardown must finish even when the caller went away.
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.svc.cfg.TeardownTimeout)
-		defer cancel()
-		if sess != nil {
-			_ = sess.Close(tctx)
-		}
-		if err := sb.Destroy(tctx); err != nil {
-			log.Warn("sandbox teardown failed", logkey.Error, err)
-		}
-	}()
+	t.log.Debug("timing", logkey.Stage, "sandbox_start", logkey.Duration, time.Since(start).Milliseconds(), logkey.Sandbox, info.ID)
+	t.svc.recordSandbox(info, p.req.SessionID, store.SandboxRunning)
 
+	fail := func(err error) (*live, error) {
+		lv.release(context.WithoutCancel(ctx), t.svc, pool.ReasonFailedTurn)
+		return nil, err
+	}
 	if err := t.writeFiles(ctx, sb); err != nil {
-		return agent.Outcome{}, err
+		return fail(err)
+	}
+	load := ""
+	if lv.stateKey != "" {
+		load = t.svc.loadable(ctx, p.req.SessionID, p.harness.spec.Name)
 	}
 	start = time.Now()
-	sess, err = t.svc.driver.Open(ctx, sb, agent.Options{
-		Spec:       p.harness.spec,
-		Env:        t.env(info),
-		Cwd:        info.Workdir,
-		Permission: t.permission,
-		Logger:     log,
+	sess, err := t.svc.driver.Open(ctx, sb, agent.Options{
+		Spec:          p.harness.spec,
+		Env:           t.env(info),
+		Cwd:           info.Workdir,
+		LoadSessionID: load,
+		Permission: func(ctx context.Context, req agent.PermissionRequest) agent.Decision {
+			if cur := lv.turn(); cur != nil {
+				return cur.permission(ctx, req)
+			}
+			return agent.Decision{Allow: false, Reason: "between turns"}
+		},
+		Logger: t.log.With(logkey.Sandbox, info.ID),
 	})
 	if err != nil {
-		return agent.Outcome{}, err
+		return fail(err)
 	}
-	log.Debug("timing", logkey.Stage, "create_session", logkey.Duration, time.Since(start).Milliseconds())
-	caps := sess.Info().Capabilities
-	t.caps = &caps
-	t.emit(wire.DataEvent("agent-status", map[string]string{"phase": "environment_ready"}, true))
+	lv.sess = sess
+	t.log.Debug("timing", logkey.Stage, "create_session", logkey.Duration, time.Since(start).Milliseconds(), "loaded", sess.Info().Loaded)
+	return lv, nil
+}
 
-	text := replay(p.history, p.tailText, t.svc.cfg.HistoryMaxChars)
-	blocks := p.tail
-	if text != p.tailText {
-		blocks = append([]json.RawMessage{textBlock(text)}, nonText(p.tail)...)
+// settle ends the turn: the ledger and event log are written before the
+// result is returned, then the harness is parked warm or released.
+func (t *turn) settle(lv *live, out agent.Outcome, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), t.svc.cfg.TeardownTimeout)
+	defer cancel()
+	status := store.TurnCompleted
+	switch {
+	case err != nil:
+		status = store.TurnFailed
+		if out.StopReason == agent.StopCancelled {
+			status = store.TurnCancelled
+		}
+	case out.StopReason == agent.StopCancelled:
+		status = store.TurnCancelled
+	case out.StopReason == agent.StopPaused:
+		status = store.TurnPaused
 	}
-	return sess.Prompt(ctx, blocks, t.emit)
+	if t.key != "" && t.evlog != nil {
+		if err != nil {
+			t.emit(wire.Event{Type: wire.EventError, Message: err.Error()})
+		}
+		if text := t.outputText(); text != "" {
+			t.record(wire.Event{Type: wire.EventMessage, Role: "assistant", Text: text}, false)
+		}
+	} else if err != nil {
+		t.emit(wire.Event{Type: wire.EventError, Message: err.Error()})
+	}
+	if err == nil && out.Usage != nil {
+		t.emit(wire.UsageEvent(*out.Usage))
+	}
+	stop := out.StopReason
+	if err != nil && stop != agent.StopCancelled {
+		stop = "error"
+	}
+	t.emit(wire.Event{Type: wire.EventDone, StopReason: stop})
+
+	if t.evlog != nil {
+		if werr := t.evlog.close(); werr != nil {
+			t.log.Error("event log incomplete for this turn", logkey.Error, werr)
+		}
+	}
+	if t.key != "" && t.index >= 0 {
+		rec := store.Turn{SessionID: t.plan.req.SessionID, Index: t.index, Status: status, EndedAt: time.Now(), StopReason: out.StopReason}
+		if out.Usage != nil {
+			rec.Usage = *out.Usage
+		}
+		if err != nil {
+			rec.Error = err.Error()
+		}
+		sessRec := store.Session{ID: t.plan.req.SessionID, ProjectID: projectOf(t.plan.req), Harness: t.plan.harness.spec.Name, Status: store.SessionActive}
+		if lv != nil {
+			rec.SandboxProvider, rec.SandboxID = lv.provider, lv.sb.Info().ID
+			sessRec.SandboxProvider, sessRec.SandboxID = lv.provider, lv.sb.Info().ID
+			if lv.sess != nil {
+				rec.AgentSessionID = lv.sess.ID()
+				sessRec.AgentSessionID = lv.sess.ID()
+			}
+		}
+		if _, e := t.svc.store.EndTurn(ctx, rec); e != nil {
+			t.log.Error("record turn outcome", logkey.Error, e)
+		}
+		if _, e := t.svc.store.PutSession(ctx, sessRec); e != nil {
+			t.log.Error("record session", logkey.Error, e)
+		}
+	}
+	if lv == nil || lv.sess == nil {
+		return
+	}
+	lv.attach(nil)
+	if t.key != "" && t.svc.cfg.KeepAlive && err == nil && (status == store.TurnCompleted || status == store.TurnPaused) {
+		lv.historyFP = historyFingerprint(t.plan.req.Messages)
+		t.svc.park(t.key, lv, status == store.TurnPaused)
+		return
+	}
+	reason := pool.ReasonFailedTurn
+	switch {
+	case err == nil && status == store.TurnCompleted:
+		reason = pool.ReasonCleanResumable
+	case status == store.TurnCancelled:
+		reason = pool.ReasonAborted
+	}
+	lv.release(ctx, t.svc, reason)
+	t.svc.releaseLease(t.plan.req.SessionID)
+}
+
+// park keeps lv warm in the pool and extends the session's lease to cover
+// the time it stays there.
+func (s *Service) park(key string, lv *live, awaiting bool) {
+	ttl := s.cfg.SessionTTL
+	if awaiting {
+		ttl = s.cfg.ApprovalTTL
+	}
+	sessionID := lv.sb.Info().ID
+	if i := strings.Index(key, ":"); i >= 0 {
+		sessionID = key[i+1:]
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_, _ = s.store.AcquireLease(ctx, sessionID, s.cfg.ReplicaID, time.Now(), ttl+s.cfg.LeaseTTL)
+	cancel()
+	s.pool.Park(&pool.Entry{Key: key, Value: lv, Release: func(ctx context.Context, reason string) {
+		lv.release(ctx, s, reason)
+		s.releaseLease(sessionID)
+	}}, awaiting)
+}
+
+func (s *Service) releaseLease(sessionID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.store.ReleaseLease(ctx, sessionID, s.cfg.ReplicaID); err != nil {
+		s.log.Warn("release session lease", logkey.Session, sessionID, logkey.Error, err)
+	}
+}
+
+// release closes the harness and destroys (or, for a resumable reason on
+// a provider that can, pauses) the sandbox.
+func (lv *live) release(ctx context.Context, s *Service, reason string) {
+	if lv.sess != nil {
+		_ = lv.sess.Close(ctx)
+	}
+	info := lv.sb.Info()
+	state := store.SandboxDestroyed
+	if pz, ok := lv.sb.(sandbox.Pauser); ok && pool.Parkable(reason) {
+		if err := pz.Pause(ctx); err == nil {
+			state = store.SandboxPaused
+		} else {
+			s.log.Warn("pause sandbox failed; destroying it", logkey.Sandbox, info.ID, logkey.Error, err)
+		}
+	}
+	if state == store.SandboxDestroyed {
+		if err := lv.sb.Destroy(ctx); err != nil {
+			s.log.Warn("sandbox teardown failed", logkey.Sandbox, info.ID, logkey.Error, err)
+			return
+		}
+	}
+	s.log.Debug("sandbox released", logkey.Sandbox, info.ID, logkey.Reason, reason)
+	s.recordSandbox(info, "", state)
+}
+
+func (s *Service) recordSandbox(info sandbox.Info, sessionID string, state store.SandboxState) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rec := store.Sandbox{Provider: info.Provider, ID: info.ID, SessionID: sessionID, State: state}
+	if sessionID == "" {
+		if old, err := s.store.GetSandbox(ctx, info.Provider, info.ID); err == nil {
+			rec.SessionID = old.SessionID
+		}
+	}
+	if _, err := s.store.PutSandbox(ctx, rec); err != nil {
+		s.log.Warn("record sandbox", logkey.Sandbox, info.ID, logkey.Error, err)
+	}
+}
+
+// loadable returns the harness session id to session/load: only when this
+// harness wrote the session's latest turn and that turn completed (a
+// paused, failed or cancelled turn may have left a partial transcript).
+func (s *Service) loadable(ctx context.Context, sessionID, harness string) string {
+	turns, err := s.store.ListTurns(ctx, sessionID)
+	if err != nil {
+		return ""
+	}
+	for i := len(turns) - 1; i >= 0; i-- {
+		tr := turns[i]
+		if tr.Status == store.TurnRunning {
+			continue // this turn
+		}
+		if tr.Status == store.TurnCompleted && tr.Harness == harness && tr.AgentSessionID != "" {
+			return tr.AgentSessionID
+		}
+		return ""
+	}
+	return ""
+}
+
+// conversation rebuilds the session's messages from its log: the user
+// prompts and assistant answers of earlier turns.
+func (s *Service) conversation(ctx context.Context, sessionID string, upTo int64) ([]wire.Message, error) {
+	evs, err := s.store.ReadEvents(ctx, sessionID, 0, 0)
+	if err != nil {
+		return nil, fmt.Errorf("read the session log to rebuild its history: %w", err)
+	}
+	var out []wire.Message
+	for _, e := range evs {
+		if e.Seq > upTo || e.Event.Type != wire.EventMessage {
+			continue
+		}
+		out = append(out, wire.Message{Role: e.Event.Role, Content: wire.MessageContent{Text: e.Event.Text, IsText: true}})
+	}
+	return out, nil
+}
+
+func constantEqual(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	var v byte
+	for i := 0; i < len(a); i++ {
+		v |= a[i] ^ b[i]
+	}
+	return v == 0
 }
 
 func nonText(blocks []json.RawMessage) []json.RawMessage {
@@ -171,44 +565,4 @@ func (t *turn) env(info sandbox.Info) []string {
 		env = append(env, k+"="+t.plan.env[k])
 	}
 	return env
-}
-
-// permission answers the harness by the request's permission plan.
-func (t *turn) permission(ctx context.Context, req agent.PermissionRequest) agent.Decision {
-	verdict := decide(t.plan.req.Permissions, req)
-	switch verdict {
-	case "allow":
-		return agent.Decision{Allow: true}
-	case "deny":
-		t.emitDenied(req, "denied by the run's permission policy")
-		return agent.Decision{Allow: false, Reason: "policy"}
-	}
-	// "ask" without a human channel: refuse, visibly.
-	t.emitDenied(req, "needs approval; approvals are not available on this path")
-	return agent.Decision{Allow: false, Reason: "approval unavailable"}
-}
-
-func (t *turn) emitDenied(req agent.PermissionRequest, why string) {
-	ev := wire.ToolResultEvent(req.ToolCallID, fmt.Sprintf("%s: %s", req.ToolName, why), nil, false)
-	ev.Denied = true
-	t.emit(ev)
-}
-
-// decide is the permission plan's verdict for a harness permission request.
-func decide(p *wire.Permissions, req agent.PermissionRequest) string {
-	def := "allow_reads"
-	if p != nil && p.Default != "" {
-		def = p.Default
-	}
-	switch def {
-	case "allow", "deny", "ask":
-		return def
-	case "allow_reads":
-		switch req.Kind {
-		case "read", "search", "think", "fetch":
-			return "allow"
-		}
-		return "ask"
-	}
-	return "ask" // malformed plans fail safe
 }

@@ -27,6 +27,12 @@ type Opener interface {
 	Open(ctx context.Context, id string, spec Spec) (Sandbox, error)
 }
 
+// StateRemover is a Provider that can delete the durable state kept under
+// a Spec.StateKey, when its session is deleted.
+type StateRemover interface {
+	RemoveState(ctx context.Context, key string) error
+}
+
 // Describer reports what a provider enforces, for /health and for
 // admission ("isolation": "bwrap" | "none" …).
 type Describer interface {
@@ -77,6 +83,11 @@ type Spec struct {
 	// path (read-only unless Writable), e.g. the runner binary for
 	// `runner mcp-stdio` and the tool relay socket.
 	Binds []Bind
+	// StateKey, when set, names durable per-session state: the provider
+	// keeps the workspace and $HOME under this key across sandboxes, so a
+	// harness's native transcript outlives its process and sandbox, and
+	// Destroy leaves them. Empty means everything is per sandbox.
+	StateKey string
 	// Labels are recorded with the sandbox (remote providers tag with them).
 	Labels map[string]string
 	// OnEvent, if set, receives provider notices during the sandbox's life,

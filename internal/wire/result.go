@@ -55,6 +55,7 @@ type Event struct {
 	ID         string          `json:"id,omitempty"`
 	Delta      string          `json:"delta,omitempty"`
 	Text       string          `json:"text,omitempty"`
+	Role       string          `json:"role,omitempty"` // message events in the session log: user or assistant
 	Name       string          `json:"name,omitempty"`
 	Input      json.RawMessage `json:"input,omitempty"`
 	Output     json.RawMessage `json:"output,omitempty"`
@@ -112,6 +113,10 @@ const (
 
 // Event types (reference 2.6).
 const (
+	// EventMessage is a coalesced message, kept in the session's event log
+	// (the user's prompt, the assistant's whole answer) and never streamed
+	// beside the message_* family for the same text.
+	EventMessage        = "message"
 	EventMessageStart   = "message_start"
 	EventMessageDelta   = "message_delta"
 	EventMessageEnd     = "message_end"

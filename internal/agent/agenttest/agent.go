@@ -43,7 +43,8 @@ import (
 const Directives = "say think tool toolupdate permission sleep crash pid read write exec env history usage update flood mcp stop"
 
 type fakeAgent struct {
-	conn *jsonrpc.Conn
+	conn  *jsonrpc.Conn
+	ready chan struct{} // closed once conn is set
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -102,6 +103,7 @@ func (s *session) save() {
 }
 
 func (a *fakeAgent) handle(ctx context.Context, method string, params json.RawMessage, notify bool) (any, error) {
+	<-a.ready
 	switch method {
 	case "initialize":
 		return map[string]any{

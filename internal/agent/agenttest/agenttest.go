@@ -37,9 +37,10 @@ func Command() []string {
 
 // Run serves ACP on in/out until in ends and returns the exit code.
 func Run(in *os.File, out *os.File) int {
-	a := &fakeAgent{sessions: map[string]*session{}}
+	a := &fakeAgent{sessions: map[string]*session{}, ready: make(chan struct{})}
 	conn := jsonrpc.New(in, out, jsonrpc.HandlerFunc(a.handle))
 	a.conn = conn
+	close(a.ready)
 	<-conn.Done()
 	a.cancelAll()
 	conn.Close()

@@ -1,0 +1,102 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/wire"
+)
+
+func (h *Handler) listSessions(w http.ResponseWriter, r *http.Request) {
+	limit := 100
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			WriteErr(w, errdefs.Invalidf("limit: %q, want 1 to 1000", v))
+			return
+		}
+		limit = n
+	}
+	list, err := h.runner.ListSessions(r.Context(), r.URL.Query().Get("projectId"), limit)
+	if err != nil {
+		WriteErr(w, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, map[string]any{"sessions": list})
+}
+
+func (h *Handler) getSession(w http.ResponseWriter, r *http.Request) {
+	v, err := h.runner.GetSession(r.Context(), r.PathValue("id"))
+	if err != nil {
+		WriteErr(w, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, v)
+}
+
+func (h *Handler) deleteSession(w http.ResponseWriter, r *http.Request) {
+	if err := h.runner.DeleteSession(r.Context(), r.PathValue("id")); err != nil {
+		WriteErr(w, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, map[string]any{"ok": true})
+}
+
+// sessionEvents streams the session's log as NDJSON from ?after=<seq>;
+// with ?follow=1 it stays open for live events, with pings while silent.
+func (h *Handler) sessionEvents(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var after int64
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			WriteErr(w, errdefs.Invalidf("after: %q, want a sequence number", v))
+			return
+		}
+		after = n
+	}
+	follow := q.Get("follow") == "1" || q.Get("follow") == "true"
+	// Check the session before committing to a 200 stream.
+	if _, err := h.runner.GetSession(r.Context(), r.PathValue("id")); err != nil {
+		WriteErr(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	out := &ndjson{w: w, rc: http.NewResponseController(w), enc: newEncoder(w)}
+	out.flush()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	if follow {
+		go func() {
+			defer close(done)
+			t := time.NewTicker(h.cfg.PingInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+					if out.idleFor() >= h.cfg.PingInterval-h.cfg.PingInterval/10 {
+						out.write(wire.Record{Kind: wire.RecordPing})
+					}
+				}
+			}
+		}()
+	} else {
+		close(done)
+	}
+	err := h.runner.Events(r.Context(), r.PathValue("id"), after, follow, func(rec wire.Record) error {
+		out.write(rec)
+		return out.failed()
+	})
+	close(stop)
+	<-done
+	if err != nil && r.Context().Err() == nil {
+		out.write(wire.Record{Kind: "error", Event: &wire.Event{Type: wire.EventError, Message: err.Error()}})
+	}
+}

@@ -1,0 +1,106 @@
+package runner
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"sort"
+
+	"github.com/agentrunner/runner/internal/wire"
+)
+
+// configFingerprint hashes what the harness was configured with (reference
+// 6.3): the request minus the conversation, per-turn ids, tracing,
+// credential values and the callback bearer, which rotate without making a
+// live harness wrong.
+func configFingerprint(r *wire.Request, provider string) string {
+	c := *r
+	c.Sandbox = provider
+	c.Messages = nil
+	c.TurnID, c.StreamID, c.SessionID = "", "", ""
+	c.Context, c.Telemetry, c.EffectiveParams, c.Tools = nil, nil, nil, nil
+	c.RunContext = nil
+	if c.ToolCallback != nil {
+		cb := *c.ToolCallback
+		cb.Authorization = ""
+		c.ToolCallback = &cb
+	}
+	if c.ModelConnection != nil {
+		mc := *c.ModelConnection
+		mc.Credentials = stripValues(mc.Credentials)
+		c.ModelConnection = &mc
+	}
+	servers := make([]wire.MCPServer, len(c.MCPServers))
+	for i, s := range c.MCPServers {
+		s.Connection.Credentials = stripValues(s.Connection.Credentials)
+		servers[i] = s
+	}
+	c.MCPServers = servers
+	return hash(c)
+}
+
+func stripValues(cs []wire.Credential) []wire.Credential {
+	out := make([]wire.Credential, len(cs))
+	for i, c := range cs {
+		c.Value = ""
+		out[i] = c
+	}
+	return out
+}
+
+// historyFingerprint hashes the user side of a conversation: user texts,
+// tool-call ids in first-seen order, and the number of user prompts.
+// Assistant text is ignored: callers may render it differently.
+func historyFingerprint(msgs []wire.Message) string {
+	var h struct {
+		Texts   []string `json:"texts"`
+		CallIDs []string `json:"calls"`
+		Prompts int      `json:"prompts"`
+	}
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		if m.Role == "user" {
+			if t := messageText(m); t != "" {
+				h.Texts = append(h.Texts, t)
+				h.Prompts++
+			}
+		}
+		for _, b := range m.Content.Blocks {
+			if (b.Type == "tool_call" || b.Type == "tool_result") && b.ToolCallID != "" && !seen[b.ToolCallID] {
+				seen[b.ToolCallID] = true
+				h.CallIDs = append(h.CallIDs, b.ToolCallID)
+			}
+		}
+	}
+	return hash(h)
+}
+
+// credentialEpoch hashes the credential values a live harness holds, so a
+// rotated key forces a fresh harness. Only the hash is kept.
+func credentialEpoch(env map[string]string, r *wire.Request) string {
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, k+"="+env[k])
+	}
+	for _, s := range r.MCPServers {
+		for _, c := range s.Connection.Credentials {
+			parts = append(parts, s.Name+"/"+c.Binding.Name+"="+c.Value)
+		}
+		for k, v := range s.Connection.Headers {
+			parts = append(parts, s.Name+"/h/"+k+"="+v)
+		}
+	}
+	sort.Strings(parts)
+	return hash(parts)
+}
+
+func hash(v any) string {
+	b, _ := json.Marshal(v) // encoding/json sorts map keys: canonical enough
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}

@@ -1,0 +1,181 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/pool"
+	"github.com/agentrunner/runner/internal/sandbox"
+	"github.com/agentrunner/runner/internal/store"
+	"github.com/agentrunner/runner/internal/wire"
+)
+
+// SessionView is a session as the /v1 API shows it.
+type SessionView struct {
+	ID              string       `json:"id"`
+	ProjectID       string       `json:"projectId,omitempty"`
+	Harness         string       `json:"harness,omitempty"`
+	Status          string       `json:"status"`
+	Running         bool         `json:"running"`
+	Warm            bool         `json:"warm"`
+	SandboxProvider string       `json:"sandboxProvider,omitempty"`
+	SandboxID       string       `json:"sandboxId,omitempty"`
+	AgentSessionID  string       `json:"agentSessionId,omitempty"`
+	LastTurnIndex   int          `json:"lastTurnIndex"`
+	LastSeq         int64        `json:"lastSeq"`
+	CreatedAt       time.Time    `json:"createdAt"`
+	UpdatedAt       time.Time    `json:"updatedAt"`
+	Turns           []TurnView   `json:"turns,omitempty"`
+	Interactions    []wire.Event `json:"pendingInteractions"`
+}
+
+// TurnView is one ledger row.
+type TurnView struct {
+	Index      int        `json:"index"`
+	TurnID     string     `json:"turnId"`
+	Harness    string     `json:"harness"`
+	Status     string     `json:"status"`
+	StopReason string     `json:"stopReason,omitempty"`
+	Error      string     `json:"error,omitempty"`
+	SandboxID  string     `json:"sandboxId,omitempty"`
+	StartedAt  time.Time  `json:"startedAt"`
+	EndedAt    *time.Time `json:"endedAt,omitempty"`
+	Usage      wire.Usage `json:"usage"`
+}
+
+func (s *Service) view(sess store.Session) SessionView {
+	v := SessionView{ID: sess.ID, ProjectID: sess.ProjectID, Harness: sess.Harness, Status: string(sess.Status),
+		SandboxProvider: sess.SandboxProvider, SandboxID: sess.SandboxID, AgentSessionID: sess.AgentSessionID,
+		LastTurnIndex: sess.LastTurnIndex, LastSeq: sess.LastSeq, CreatedAt: sess.CreatedAt, UpdatedAt: sess.UpdatedAt,
+		Interactions: []wire.Event{}}
+	key := sess.ProjectID + ":" + sess.ID
+	s.mu.Lock()
+	_, v.Running = s.busy[key]
+	s.mu.Unlock()
+	for _, k := range s.pool.Keys() {
+		if k == key {
+			v.Warm = true
+		}
+	}
+	return v
+}
+
+// ListSessions lists sessions, most recently updated first.
+func (s *Service) ListSessions(ctx context.Context, projectID string, limit int) ([]SessionView, error) {
+	list, err := s.store.ListSessions(ctx, store.SessionQuery{ProjectID: projectID, Status: store.SessionActive, Limit: limit})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]SessionView, 0, len(list))
+	for _, sess := range list {
+		out = append(out, s.view(sess))
+	}
+	return out, nil
+}
+
+// GetSession returns a session with its turns.
+func (s *Service) GetSession(ctx context.Context, id string) (SessionView, error) {
+	sess, err := s.store.GetSession(ctx, id)
+	if err != nil {
+		return SessionView{}, fmt.Errorf("session %s: %w", id, err)
+	}
+	v := s.view(sess)
+	turns, err := s.store.ListTurns(ctx, id)
+	if err != nil {
+		return SessionView{}, err
+	}
+	for _, t := range turns {
+		tv := TurnView{Index: t.Index, TurnID: t.TurnID, Harness: t.Harness, Status: string(t.Status), StopReason: t.StopReason,
+			Error: t.Error, SandboxID: t.SandboxID, StartedAt: t.StartedAt, Usage: t.Usage}
+		if !t.EndedAt.IsZero() {
+			e := t.EndedAt
+			tv.EndedAt = &e
+		}
+		v.Turns = append(v.Turns, tv)
+	}
+	return v, nil
+}
+
+// Events sends the session's logged events after seq to fn, in order.
+// With follow it then stays and sends live events until ctx ends or, when
+// the session is idle, returns after the backlog.
+func (s *Service) Events(ctx context.Context, id string, after int64, follow bool, fn func(wire.Record) error) error {
+	if _, err := s.store.GetSession(ctx, id); err != nil {
+		return fmt.Errorf("session %s: %w", id, err)
+	}
+	var live chan wire.Record
+	h := s.hubs.get(id)
+	if follow {
+		// Subscribe before reading the backlog, so nothing falls between.
+		live = h.subscribe()
+		defer h.unsubscribe(live)
+	}
+	const page = 1000
+	last := after
+	for {
+		evs, err := s.store.ReadEvents(ctx, id, last, page)
+		if err != nil {
+			return err
+		}
+		for _, e := range evs {
+			ev := e.Event
+			if err := fn(wire.Record{Kind: wire.RecordEvent, Seq: e.Seq, Event: &ev}); err != nil {
+				return err
+			}
+			last = e.Seq
+		}
+		if len(evs) < page {
+			break
+		}
+	}
+	if !follow {
+		return nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case rec, ok := <-live:
+			if !ok {
+				return errdefs.With(errdefs.ErrExhausted, errors.New("follower fell behind; reconnect with after=<last seq>"))
+			}
+			if rec.Seq <= last {
+				continue
+			}
+			if err := fn(rec); err != nil {
+				return err
+			}
+			last = rec.Seq
+		}
+	}
+}
+
+// DeleteSession ends the session: its running turn is cancelled, its warm
+// harness and sandbox released, its durable state removed. Its ledger and
+// log stay readable, marked deleted.
+func (s *Service) DeleteSession(ctx context.Context, id string) error {
+	sess, err := s.store.GetSession(ctx, id)
+	if err != nil {
+		return fmt.Errorf("session %s: %w", id, err)
+	}
+	key := sess.ProjectID + ":" + id
+	s.stopSession(ctx, key, errDeleted)
+	s.pool.Evict(key, pool.ReasonDeleted)
+	for _, p := range s.providers {
+		if r, ok := p.(sandbox.StateRemover); ok {
+			if err := r.RemoveState(ctx, key); err != nil {
+				return fmt.Errorf("remove state of session %s: %w", id, err)
+			}
+		}
+	}
+	sess.Status = store.SessionDeleted
+	sess.SandboxID, sess.SandboxProvider = "", ""
+	if _, err := s.store.PutSession(ctx, sess); err != nil {
+		return err
+	}
+	s.releaseLease(id)
+	return nil
+}

@@ -1,0 +1,68 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/agentrunner/runner/internal/store"
+)
+
+// AppendEvents implements store.Events. One statement bumps the session's
+// last_seq (locking its row until commit, which orders concurrent
+// appenders) and inserts the events numbered from it, so the numbers are
+// gapless.
+func (s *Store) AppendEvents(ctx context.Context, sessionID string, evs []store.Event) (int64, error) {
+	turns := make([]int32, len(evs))
+	ats := make([]int64, len(evs))
+	data := make([]string, len(evs))
+	for i, e := range evs {
+		b, err := json.Marshal(e.Event)
+		if err != nil {
+			return 0, fmt.Errorf("append events %s: %w", sessionID, err)
+		}
+		turns[i], ats[i], data[i] = int32(e.TurnIndex), ms(e.Time), string(b)
+	}
+	var last int64
+	err := s.pool.QueryRow(ctx, `
+WITH s AS (
+	UPDATE sessions SET last_seq = last_seq + cardinality($2::int[]) WHERE id = $1 RETURNING last_seq
+), ins AS (
+	INSERT INTO events (session_id, seq, turn_index, at, event)
+	SELECT $1, s.last_seq - cardinality($2::int[]) + e.n, e.turn_index, e.at, e.event::json
+	FROM s, unnest($2::int[], $3::bigint[], $4::text[]) WITH ORDINALITY AS e (turn_index, at, event, n)
+)
+SELECT last_seq FROM s`, sessionID, turns, ats, data).Scan(&last)
+	if err != nil {
+		return 0, fmt.Errorf("append events %s: %w", sessionID, notFound(err))
+	}
+	return last, nil
+}
+
+// ReadEvents implements store.Events.
+func (s *Store) ReadEvents(ctx context.Context, sessionID string, after int64, n int) ([]store.Event, error) {
+	rows, err := s.pool.Query(ctx, `SELECT seq, turn_index, at, event::text FROM events
+WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, sessionID, after, limit(n))
+	out, err := collect(rows, err, scanEvent)
+	if err == nil && len(out) == 0 {
+		err = s.sessionExists(ctx, sessionID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read events %s: %w", sessionID, err)
+	}
+	return out, nil
+}
+
+func scanEvent(r scanner) (store.Event, error) {
+	var e store.Event
+	var at int64
+	var data []byte
+	if err := r.Scan(&e.Seq, &e.TurnIndex, &at, &data); err != nil {
+		return e, err
+	}
+	e.Time = fromMS(at)
+	if err := json.Unmarshal(data, &e.Event); err != nil {
+		return e, fmt.Errorf("event %d: %w", e.Seq, err)
+	}
+	return e, nil
+}

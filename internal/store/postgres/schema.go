@@ -1,0 +1,130 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// migrations are the schema versions in order: migrations[i] takes the
+// database from version i to i+1. Append only; never edit a shipped one.
+// Times are unix milliseconds (0 = unset).
+var migrations = []string{
+	// 1: the initial schema.
+	`
+CREATE TABLE sessions (
+	id               TEXT PRIMARY KEY,
+	project_id       TEXT NOT NULL,
+	harness          TEXT NOT NULL,
+	status           TEXT NOT NULL,
+	sandbox_provider TEXT NOT NULL,
+	sandbox_id       TEXT NOT NULL,
+	agent_session_id TEXT NOT NULL,
+	last_turn_index  INTEGER NOT NULL DEFAULT -1,
+	last_seq         BIGINT NOT NULL DEFAULT 0,
+	created_at       BIGINT NOT NULL,
+	updated_at       BIGINT NOT NULL
+);
+CREATE INDEX sessions_updated ON sessions (updated_at DESC, id);
+
+CREATE TABLE turns (
+	session_id       TEXT NOT NULL REFERENCES sessions (id),
+	turn_index       INTEGER NOT NULL,
+	turn_id          TEXT NOT NULL,
+	harness          TEXT NOT NULL,
+	agent_session_id TEXT NOT NULL,
+	sandbox_provider TEXT NOT NULL,
+	sandbox_id       TEXT NOT NULL,
+	status           TEXT NOT NULL,
+	started_at       BIGINT NOT NULL,
+	ended_at         BIGINT NOT NULL,
+	input_tokens     BIGINT NOT NULL,
+	output_tokens    BIGINT NOT NULL,
+	total_tokens     BIGINT NOT NULL,
+	cost             DOUBLE PRECISION NOT NULL,
+	stop_reason      TEXT NOT NULL,
+	error            TEXT NOT NULL,
+	owner            TEXT NOT NULL,
+	PRIMARY KEY (session_id, turn_index)
+);
+CREATE INDEX turns_running ON turns (owner) WHERE status = 'running';
+
+-- The session's last_seq numbers the events; AppendEvents bumps it in the
+-- statement that inserts them. json, not jsonb: events read back byte for
+-- byte as written.
+CREATE TABLE events (
+	session_id TEXT NOT NULL,
+	seq        BIGINT NOT NULL,
+	turn_index INTEGER NOT NULL,
+	at         BIGINT NOT NULL,
+	event      JSON NOT NULL,
+	PRIMARY KEY (session_id, seq)
+);
+
+CREATE TABLE sandboxes (
+	provider   TEXT NOT NULL,
+	id         TEXT NOT NULL,
+	session_id TEXT NOT NULL,
+	state      TEXT NOT NULL,
+	labels     JSONB NOT NULL,
+	created_at BIGINT NOT NULL,
+	updated_at BIGINT NOT NULL,
+	PRIMARY KEY (provider, id)
+);
+
+CREATE TABLE secrets (
+	provider   TEXT NOT NULL,
+	id         TEXT NOT NULL,
+	name       TEXT NOT NULL,
+	session_id TEXT NOT NULL,
+	created_at BIGINT NOT NULL,
+	PRIMARY KEY (provider, id)
+);
+
+CREATE TABLE leases (
+	session_id TEXT PRIMARY KEY,
+	owner      TEXT NOT NULL,
+	expires_at BIGINT NOT NULL
+);
+`,
+}
+
+// migrate brings the database to len(migs), in one transaction, holding
+// an advisory lock on the schema so that replicas starting together take
+// turns. It refuses a database newer than migs, written by a later runner.
+func migrate(ctx context.Context, pool *pgxpool.Pool, migs []string) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(8765, hashtext(coalesce(current_schema(), '')))`); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+	version    INTEGER PRIMARY KEY,
+	applied_at BIGINT NOT NULL
+)`); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	var v int
+	if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&v); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if v > len(migs) {
+		return fmt.Errorf("schema version %d is newer than this runner's %d; upgrade the runner", v, len(migs))
+	}
+	for ; v < len(migs); v++ {
+		if _, err := tx.Exec(ctx, migs[v]); err != nil {
+			return fmt.Errorf("migrate to version %d: %w", v+1, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)`, v+1, nowMS()); err != nil {
+			return fmt.Errorf("migrate to version %d: %w", v+1, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,73 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/agentrunner/runner/internal/store"
+)
+
+const sessionCols = `id, project_id, harness, status, sandbox_provider, sandbox_id,
+	agent_session_id, last_turn_index, last_seq, created_at, updated_at`
+
+func scanSession(r scanner) (store.Session, error) {
+	var s store.Session
+	var status string
+	var created, updated int64
+	err := r.Scan(&s.ID, &s.ProjectID, &s.Harness, &status, &s.SandboxProvider, &s.SandboxID,
+		&s.AgentSessionID, &s.LastTurnIndex, &s.LastSeq, &created, &updated)
+	s.Status = store.SessionStatus(status)
+	s.CreatedAt, s.UpdatedAt = fromMS(created), fromMS(updated)
+	return s, err
+}
+
+// PutSession implements store.Sessions.
+func (s *Store) PutSession(ctx context.Context, in store.Session) (store.Session, error) {
+	if err := in.Validate(); err != nil {
+		return store.Session{}, err
+	}
+	out, err := scanSession(s.pool.QueryRow(ctx, `
+INSERT INTO sessions (id, project_id, harness, status, sandbox_provider, sandbox_id,
+	agent_session_id, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
+ON CONFLICT (id) DO UPDATE SET
+	project_id = excluded.project_id, harness = excluded.harness, status = excluded.status,
+	sandbox_provider = excluded.sandbox_provider, sandbox_id = excluded.sandbox_id,
+	agent_session_id = excluded.agent_session_id, updated_at = excluded.updated_at
+RETURNING `+sessionCols,
+		in.ID, in.ProjectID, in.Harness, string(in.Status), in.SandboxProvider, in.SandboxID,
+		in.AgentSessionID, nowMS()))
+	if err != nil {
+		return store.Session{}, fmt.Errorf("put session %s: %w", in.ID, err)
+	}
+	return out, nil
+}
+
+// GetSession implements store.Sessions.
+func (s *Store) GetSession(ctx context.Context, id string) (store.Session, error) {
+	out, err := scanSession(s.pool.QueryRow(ctx, `SELECT `+sessionCols+` FROM sessions WHERE id = $1`, id))
+	if err != nil {
+		return store.Session{}, fmt.Errorf("get session %s: %w", id, notFound(err))
+	}
+	return out, nil
+}
+
+// ListSessions implements store.Sessions.
+func (s *Store) ListSessions(ctx context.Context, q store.SessionQuery) ([]store.Session, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+sessionCols+` FROM sessions
+WHERE ($1 = '' OR project_id = $1) AND ($2 = '' OR status = $2)
+ORDER BY updated_at DESC, id LIMIT $3`, q.ProjectID, string(q.Status), limit(q.Limit))
+	out, err := collect(rows, err, scanSession)
+	if err != nil {
+		return nil, fmt.Errorf("list sessions: %w", err)
+	}
+	return out, nil
+}
+
+// limit is n as a LIMIT argument: NULL (no limit) when n <= 0.
+func limit(n int) *int {
+	if n <= 0 {
+		return nil
+	}
+	return &n
+}

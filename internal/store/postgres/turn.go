@@ -1,0 +1,123 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/store"
+)
+
+const turnCols = `session_id, turn_index, turn_id, harness, agent_session_id, sandbox_provider,
+	sandbox_id, status, started_at, ended_at, input_tokens, output_tokens, total_tokens, cost,
+	stop_reason, error, owner`
+
+func scanTurn(r scanner) (store.Turn, error) {
+	var t store.Turn
+	var status string
+	var started, ended int64
+	err := r.Scan(&t.SessionID, &t.Index, &t.TurnID, &t.Harness, &t.AgentSessionID, &t.SandboxProvider,
+		&t.SandboxID, &status, &started, &ended, &t.Usage.Input, &t.Usage.Output, &t.Usage.Total, &t.Usage.Cost,
+		&t.StopReason, &t.Error, &t.Owner)
+	t.Status = store.TurnStatus(status)
+	t.StartedAt, t.EndedAt = fromMS(started), fromMS(ended)
+	return t, err
+}
+
+// BeginTurn implements store.Turns. One statement: the session update
+// (which also locks the session row) and the insert commit together.
+func (s *Store) BeginTurn(ctx context.Context, t store.Turn) (store.Turn, error) {
+	if err := t.ValidateBegin(); err != nil {
+		return store.Turn{}, err
+	}
+	out, err := scanTurn(s.pool.QueryRow(ctx, `
+WITH s AS (
+	UPDATE sessions SET last_turn_index = GREATEST(last_turn_index, $2), updated_at = $10
+	WHERE id = $1 RETURNING id
+)
+INSERT INTO turns (`+turnCols+`)
+SELECT s.id, $2, $3, $4, $5, $6, $7, $8, $9, 0, 0, 0, 0, 0, '', '', $11 FROM s
+RETURNING `+turnCols,
+		t.SessionID, t.Index, t.TurnID, t.Harness, t.AgentSessionID, t.SandboxProvider,
+		t.SandboxID, string(store.TurnRunning), ms(t.StartedAt), nowMS(), t.Owner))
+	if isUnique(err) {
+		err = errdefs.ErrConflict
+	}
+	if err != nil {
+		return store.Turn{}, fmt.Errorf("begin turn %s/%d: %w", t.SessionID, t.Index, notFound(err))
+	}
+	return out, nil
+}
+
+// EndTurn implements store.Turns.
+func (s *Store) EndTurn(ctx context.Context, t store.Turn) (store.Turn, error) {
+	if err := t.ValidateEnd(); err != nil {
+		return store.Turn{}, err
+	}
+	out, err := scanTurn(s.pool.QueryRow(ctx, `UPDATE turns SET
+	status = $3, ended_at = $4, input_tokens = $5, output_tokens = $6, total_tokens = $7, cost = $8,
+	stop_reason = $9, error = $10, agent_session_id = $11, sandbox_provider = $12, sandbox_id = $13
+WHERE session_id = $1 AND turn_index = $2 AND status IN ('running', 'paused')
+RETURNING `+turnCols,
+		t.SessionID, t.Index,
+		string(t.Status), ms(t.EndedAt), t.Usage.Input, t.Usage.Output, t.Usage.Total, t.Usage.Cost,
+		t.StopReason, t.Error, t.AgentSessionID, t.SandboxProvider, t.SandboxID))
+	if err == nil {
+		return out, nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Tell a missing turn from one that has already ended; an ended
+		// turn never runs again, so no transaction is needed.
+		var status string
+		err = s.pool.QueryRow(ctx, `SELECT status FROM turns WHERE session_id = $1 AND turn_index = $2`,
+			t.SessionID, t.Index).Scan(&status)
+		if err == nil {
+			err = fmt.Errorf("already %s: %w", status, errdefs.ErrConflict)
+		}
+	}
+	return store.Turn{}, fmt.Errorf("end turn %s/%d: %w", t.SessionID, t.Index, notFound(err))
+}
+
+// GetTurn implements store.Turns.
+func (s *Store) GetTurn(ctx context.Context, sessionID string, index int) (store.Turn, error) {
+	out, err := scanTurn(s.pool.QueryRow(ctx, `SELECT `+turnCols+` FROM turns
+WHERE session_id = $1 AND turn_index = $2`, sessionID, index))
+	if err != nil {
+		return store.Turn{}, fmt.Errorf("get turn %s/%d: %w", sessionID, index, notFound(err))
+	}
+	return out, nil
+}
+
+// ListTurns implements store.Turns.
+func (s *Store) ListTurns(ctx context.Context, sessionID string) ([]store.Turn, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+turnCols+` FROM turns
+WHERE session_id = $1 ORDER BY turn_index`, sessionID)
+	out, err := collect(rows, err, scanTurn)
+	if err == nil && len(out) == 0 {
+		err = s.sessionExists(ctx, sessionID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list turns %s: %w", sessionID, err)
+	}
+	return out, nil
+}
+
+// InterruptTurns implements store.Turns.
+func (s *Store) InterruptTurns(ctx context.Context, owner string, at time.Time) (int, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE turns SET status = 'interrupted', ended_at = $2
+WHERE owner = $1 AND status = 'running'`, owner, ms(at))
+	if err != nil {
+		return 0, fmt.Errorf("interrupt turns of %s: %w", owner, err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// sessionExists returns nil if the session exists, else ErrNotFound.
+func (s *Store) sessionExists(ctx context.Context, id string) error {
+	var one int
+	return notFound(s.pool.QueryRow(ctx, `SELECT 1 FROM sessions WHERE id = $1`, id).Scan(&one))
+}

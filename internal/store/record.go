@@ -1,0 +1,226 @@
+package store
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/wire"
+)
+
+// SessionStatus is whether a session is in use.
+type SessionStatus string
+
+const (
+	SessionActive  SessionStatus = "active"
+	SessionDeleted SessionStatus = "deleted"
+)
+
+// Session is one caller session (the request's sessionId).
+type Session struct {
+	ID        string
+	ProjectID string
+	Harness   string
+	Status    SessionStatus
+	// SandboxProvider and SandboxID name the session's current sandbox.
+	SandboxProvider string
+	SandboxID       string
+	// AgentSessionID is the harness's own session id (for session/load).
+	AgentSessionID string
+	// LastTurnIndex is the highest index BeginTurn recorded, -1 before the
+	// first turn; the next turn is LastTurnIndex+1.
+	LastTurnIndex int
+	// LastSeq is the sequence number of the session's last event, 0 when
+	// it has none.
+	LastSeq   int64
+	CreatedAt time.Time
+	// UpdatedAt changes on PutSession and BeginTurn, not on AppendEvents.
+	UpdatedAt time.Time
+}
+
+// Validate reports whether s can be stored.
+func (s Session) Validate() error {
+	if s.ID == "" {
+		return errdefs.Invalidf("session: empty id")
+	}
+	switch s.Status {
+	case SessionActive, SessionDeleted:
+		return nil
+	}
+	return errdefs.Invalidf("session %s: unknown status %q", s.ID, s.Status)
+}
+
+// SessionQuery selects sessions; zero fields match everything.
+type SessionQuery struct {
+	ProjectID string
+	Status    SessionStatus
+	Limit     int // <= 0: no limit
+}
+
+// TurnStatus is where a turn is in its life.
+type TurnStatus string
+
+const (
+	TurnRunning   TurnStatus = "running"
+	TurnCompleted TurnStatus = "completed"
+	TurnPaused    TurnStatus = "paused"
+	TurnFailed    TurnStatus = "failed"
+	TurnCancelled TurnStatus = "cancelled"
+	// TurnInterrupted marks a turn whose replica stopped while it ran.
+	TurnInterrupted TurnStatus = "interrupted"
+)
+
+// Ended reports whether s is an outcome EndTurn accepts: every known
+// status but running.
+func (s TurnStatus) Ended() bool {
+	switch s {
+	case TurnCompleted, TurnPaused, TurnFailed, TurnCancelled, TurnInterrupted:
+		return true
+	}
+	return false
+}
+
+// Turn is one row of the turn ledger.
+type Turn struct {
+	SessionID       string
+	Index           int // 0 for the session's first turn
+	TurnID          string
+	Harness         string
+	AgentSessionID  string
+	SandboxProvider string
+	SandboxID       string
+	Status          TurnStatus
+	StartedAt       time.Time
+	EndedAt         time.Time // zero while running
+	Usage           wire.Usage
+	StopReason      string
+	Error           string
+	// Owner is the id of the replica that runs the turn.
+	Owner string
+}
+
+func (t Turn) validate() error {
+	if t.SessionID == "" {
+		return errdefs.Invalidf("turn: empty session id")
+	}
+	if t.Index < 0 {
+		return errdefs.Invalidf("turn %s/%d: negative index", t.SessionID, t.Index)
+	}
+	return nil
+}
+
+// ValidateBegin reports whether t can be begun.
+func (t Turn) ValidateBegin() error { return t.validate() }
+
+// ValidateEnd reports whether t can be recorded as an outcome.
+func (t Turn) ValidateEnd() error {
+	if err := t.validate(); err != nil {
+		return err
+	}
+	if !t.Status.Ended() {
+		return errdefs.Invalidf("turn %s/%d: %q is not an outcome", t.SessionID, t.Index, t.Status)
+	}
+	return nil
+}
+
+// Event is one entry of a session's event log.
+type Event struct {
+	Seq       int64 // assigned by AppendEvents
+	TurnIndex int
+	Time      time.Time
+	Event     wire.Event
+}
+
+// SandboxState is the last known state of a sandbox.
+type SandboxState string
+
+const (
+	SandboxRunning   SandboxState = "running"
+	SandboxPaused    SandboxState = "paused"
+	SandboxDestroyed SandboxState = "destroyed"
+)
+
+// Sandbox records a sandbox the runner created.
+type Sandbox struct {
+	Provider  string
+	ID        string
+	SessionID string
+	State     SandboxState
+	Labels    map[string]string // nil when empty
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Validate reports whether sb can be stored.
+func (sb Sandbox) Validate() error {
+	if sb.Provider == "" || sb.ID == "" {
+		return errdefs.Invalidf("sandbox %q/%q: empty provider or id", sb.Provider, sb.ID)
+	}
+	switch sb.State {
+	case SandboxRunning, SandboxPaused, SandboxDestroyed:
+		return nil
+	}
+	return errdefs.Invalidf("sandbox %s/%s: unknown state %q", sb.Provider, sb.ID, sb.State)
+}
+
+// SandboxQuery selects sandboxes; zero fields match everything.
+type SandboxQuery struct {
+	Provider  string
+	State     SandboxState
+	SessionID string
+}
+
+// Secret records a provider-side secret the runner created.
+type Secret struct {
+	Provider  string
+	ID        string
+	Name      string
+	SessionID string
+	CreatedAt time.Time
+}
+
+// Validate reports whether s can be stored.
+func (s Secret) Validate() error {
+	if s.Provider == "" || s.ID == "" {
+		return errdefs.Invalidf("secret %q/%q: empty provider or id", s.Provider, s.ID)
+	}
+	return nil
+}
+
+// SecretQuery selects secrets; zero fields match everything.
+type SecretQuery struct {
+	Provider  string
+	SessionID string
+}
+
+// Lease is a replica's claim on a session.
+type Lease struct {
+	SessionID string
+	Owner     string
+	Expires   time.Time
+}
+
+// ValidateLease reports whether a lease request is well formed.
+func ValidateLease(sessionID, owner string, ttl time.Duration) error {
+	if sessionID == "" || owner == "" {
+		return errdefs.Invalidf("lease %q: empty session or owner", sessionID)
+	}
+	if ttl < time.Millisecond {
+		return errdefs.Invalidf("lease %s: ttl %v is under 1ms", sessionID, ttl)
+	}
+	return nil
+}
+
+// LeaseError reports a session leased to another owner. It wraps
+// errdefs.ErrConflict.
+type LeaseError struct {
+	SessionID string
+	Owner     string
+	Expires   time.Time
+}
+
+func (e *LeaseError) Error() string {
+	return fmt.Sprintf("session %s is leased to %s until %s", e.SessionID, e.Owner, e.Expires.Format(time.RFC3339Nano))
+}
+
+func (e *LeaseError) Unwrap() error { return errdefs.ErrConflict }

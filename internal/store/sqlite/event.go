@@ -1,0 +1,147 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/store"
+)
+
+// maxGroup bounds how many AppendEvents calls share one transaction.
+const maxGroup = 256
+
+// appendReq is one AppendEvents call waiting for the appender.
+type appendReq struct {
+	ctx     context.Context
+	session string
+	evs     []store.Event
+	data    []string // evs[i].Event as JSON
+	last    int64
+	err     error
+	done    chan struct{}
+}
+
+// AppendEvents implements store.Events. Calls are committed by one
+// goroutine (appender), which puts the calls that arrive while it commits
+// into its next transaction, so concurrent appenders share the cost of a
+// commit. The sequence numbers come from the session row, bumped in the
+// transaction that inserts the events, so they are gapless.
+func (s *Store) AppendEvents(ctx context.Context, sessionID string, evs []store.Event) (int64, error) {
+	req := &appendReq{ctx: ctx, session: sessionID, evs: evs, data: make([]string, len(evs)), done: make(chan struct{})}
+	for i := range evs {
+		b, err := json.Marshal(evs[i].Event)
+		if err != nil {
+			return 0, fmt.Errorf("append events %s: %w", sessionID, err)
+		}
+		req.data[i] = string(b)
+	}
+	select {
+	case s.appends <- req:
+	case <-ctx.Done():
+		return 0, fmt.Errorf("append events %s: %w", sessionID, ctx.Err())
+	case <-s.closed:
+		return 0, fmt.Errorf("append events %s: store closed: %w", sessionID, errdefs.ErrUnavailable)
+	}
+	<-req.done // once taken, a request is committed or failed, whatever ctx does
+	if req.err != nil {
+		return 0, fmt.Errorf("append events %s: %w", sessionID, req.err)
+	}
+	return req.last, nil
+}
+
+// appender commits AppendEvents calls until the store closes.
+func (s *Store) appender() {
+	defer close(s.appenderDone)
+	for {
+		var group []*appendReq
+		select {
+		case req := <-s.appends:
+			group = append(group, req)
+		case <-s.closed:
+			return
+		}
+	more:
+		for len(group) < maxGroup {
+			select {
+			case req := <-s.appends:
+				group = append(group, req)
+			default:
+				break more
+			}
+		}
+		s.commitGroup(group)
+		for _, req := range group {
+			close(req.done)
+		}
+	}
+}
+
+// commitGroup appends every request of group in one transaction. A request
+// for an unknown session or with a cancelled context fails alone; any
+// other error fails the whole group.
+func (s *Store) commitGroup(group []*appendReq) {
+	err := s.inTx(context.Background(), func(tx *sql.Tx) error {
+		bump, ins := tx.Stmt(s.bumpSeq), tx.Stmt(s.insertEvent)
+		for _, req := range group {
+			if req.err = req.ctx.Err(); req.err != nil {
+				continue
+			}
+			err := bump.QueryRow(len(req.evs), req.session).Scan(&req.last)
+			if errors.Is(err, sql.ErrNoRows) {
+				req.err = errdefs.ErrNotFound // nothing was written
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			seq := req.last - int64(len(req.evs))
+			for i, e := range req.evs {
+				seq++
+				if _, err := ins.Exec(req.session, seq, e.TurnIndex, ms(e.Time), req.data[i]); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		for _, req := range group {
+			req.last, req.err = 0, err
+		}
+	}
+}
+
+// ReadEvents implements store.Events.
+func (s *Store) ReadEvents(ctx context.Context, sessionID string, after int64, limit int) ([]store.Event, error) {
+	if limit <= 0 {
+		limit = -1
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT seq, turn_index, at, event FROM events
+WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?`, sessionID, after, limit)
+	out, err := collect(rows, err, scanEvent)
+	if err == nil && len(out) == 0 {
+		err = s.sessionExists(ctx, sessionID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read events %s: %w", sessionID, err)
+	}
+	return out, nil
+}
+
+func scanEvent(r scanner) (store.Event, error) {
+	var e store.Event
+	var at int64
+	var data []byte
+	if err := r.Scan(&e.Seq, &e.TurnIndex, &at, &data); err != nil {
+		return e, err
+	}
+	e.Time = fromMS(at)
+	if err := json.Unmarshal(data, &e.Event); err != nil {
+		return e, fmt.Errorf("event %d: %w", e.Seq, err)
+	}
+	return e, nil
+}

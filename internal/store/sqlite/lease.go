@@ -1,0 +1,82 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/agentrunner/runner/internal/store"
+)
+
+// AcquireLease implements store.Leases.
+func (s *Store) AcquireLease(ctx context.Context, sessionID, owner string, now time.Time, ttl time.Duration) (store.Lease, error) {
+	if err := store.ValidateLease(sessionID, owner, ttl); err != nil {
+		return store.Lease{}, err
+	}
+	out := store.Lease{SessionID: sessionID}
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var expires int64
+		err := tx.QueryRowContext(ctx, `
+INSERT INTO leases (session_id, owner, expires_at) VALUES (?, ?, ?)
+ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
+WHERE leases.owner = excluded.owner OR leases.expires_at <= ?
+RETURNING owner, expires_at`, sessionID, owner, now.Add(ttl).UnixMilli(), now.UnixMilli()).Scan(&out.Owner, &expires)
+		if errors.Is(err, sql.ErrNoRows) {
+			return heldBy(ctx, tx, sessionID)
+		}
+		out.Expires = fromMS(expires)
+		return err
+	})
+	if err != nil {
+		return store.Lease{}, fmt.Errorf("acquire lease: %w", err)
+	}
+	return out, nil
+}
+
+// heldBy returns the *store.LeaseError naming the session's current holder.
+func heldBy(ctx context.Context, tx *sql.Tx, sessionID string) error {
+	e := &store.LeaseError{SessionID: sessionID}
+	var expires int64
+	if err := tx.QueryRowContext(ctx, `SELECT owner, expires_at FROM leases WHERE session_id = ?`, sessionID).
+		Scan(&e.Owner, &expires); err != nil {
+		return err
+	}
+	e.Expires = fromMS(expires)
+	return e
+}
+
+// ReleaseLease implements store.Leases.
+func (s *Store) ReleaseLease(ctx context.Context, sessionID, owner string) error {
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM leases WHERE session_id = ? AND owner = ?`, sessionID, owner)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n > 0 {
+			return err
+		}
+		if err := heldBy(ctx, tx, sessionID); !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		return nil // there was no lease
+	})
+	if err != nil {
+		return fmt.Errorf("release lease: %w", err)
+	}
+	return nil
+}
+
+// GetLease implements store.Leases.
+func (s *Store) GetLease(ctx context.Context, sessionID string) (store.Lease, error) {
+	out := store.Lease{SessionID: sessionID}
+	var expires int64
+	err := s.r.QueryRowContext(ctx, `SELECT owner, expires_at FROM leases WHERE session_id = ?`, sessionID).
+		Scan(&out.Owner, &expires)
+	if err != nil {
+		return store.Lease{}, fmt.Errorf("get lease %s: %w", sessionID, notFound(err))
+	}
+	out.Expires = fromMS(expires)
+	return out, nil
+}

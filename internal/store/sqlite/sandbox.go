@@ -1,0 +1,150 @@
+package sqlite
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/store"
+)
+
+const sandboxCols = `provider, id, session_id, state, labels, created_at, updated_at`
+
+func scanSandbox(r scanner) (store.Sandbox, error) {
+	var sb store.Sandbox
+	var state string
+	var labels []byte
+	var created, updated int64
+	if err := r.Scan(&sb.Provider, &sb.ID, &sb.SessionID, &state, &labels, &created, &updated); err != nil {
+		return sb, err
+	}
+	sb.State = store.SandboxState(state)
+	sb.CreatedAt, sb.UpdatedAt = fromMS(created), fromMS(updated)
+	if err := json.Unmarshal(labels, &sb.Labels); err != nil {
+		return sb, fmt.Errorf("sandbox %s/%s labels: %w", sb.Provider, sb.ID, err)
+	}
+	if len(sb.Labels) == 0 {
+		sb.Labels = nil
+	}
+	return sb, nil
+}
+
+// PutSandbox implements store.Sandboxes.
+func (s *Store) PutSandbox(ctx context.Context, sb store.Sandbox) (store.Sandbox, error) {
+	if err := sb.Validate(); err != nil {
+		return store.Sandbox{}, err
+	}
+	labels, err := json.Marshal(sb.Labels)
+	if err != nil {
+		return store.Sandbox{}, fmt.Errorf("put sandbox %s/%s: %w", sb.Provider, sb.ID, err)
+	}
+	t := nowMS()
+	out, err := scanSandbox(s.w.QueryRowContext(ctx, `
+INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (provider, id) DO UPDATE SET
+	session_id = excluded.session_id, state = excluded.state, labels = excluded.labels,
+	updated_at = excluded.updated_at
+RETURNING `+sandboxCols,
+		sb.Provider, sb.ID, sb.SessionID, string(sb.State), string(labels), t, t))
+	if err != nil {
+		return store.Sandbox{}, fmt.Errorf("put sandbox %s/%s: %w", sb.Provider, sb.ID, err)
+	}
+	return out, nil
+}
+
+// GetSandbox implements store.Sandboxes.
+func (s *Store) GetSandbox(ctx context.Context, provider, id string) (store.Sandbox, error) {
+	out, err := scanSandbox(s.r.QueryRowContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes
+WHERE provider = ? AND id = ?`, provider, id))
+	if err != nil {
+		return store.Sandbox{}, fmt.Errorf("get sandbox %s/%s: %w", provider, id, notFound(err))
+	}
+	return out, nil
+}
+
+// ListSandboxes implements store.Sandboxes.
+func (s *Store) ListSandboxes(ctx context.Context, q store.SandboxQuery) ([]store.Sandbox, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes
+WHERE (?1 = '' OR provider = ?1) AND (?2 = '' OR state = ?2) AND (?3 = '' OR session_id = ?3)
+ORDER BY created_at, provider, id`, q.Provider, string(q.State), q.SessionID)
+	out, err := collect(rows, err, scanSandbox)
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteSandbox implements store.Sandboxes.
+func (s *Store) DeleteSandbox(ctx context.Context, provider, id string) error {
+	res, err := s.w.ExecContext(ctx, `DELETE FROM sandboxes WHERE provider = ? AND id = ?`, provider, id)
+	if err == nil {
+		err = affected(res)
+	}
+	if err != nil {
+		return fmt.Errorf("delete sandbox %s/%s: %w", provider, id, err)
+	}
+	return nil
+}
+
+const secretCols = `provider, id, name, session_id, created_at`
+
+func scanSecret(r scanner) (store.Secret, error) {
+	var sec store.Secret
+	var created int64
+	err := r.Scan(&sec.Provider, &sec.ID, &sec.Name, &sec.SessionID, &created)
+	sec.CreatedAt = fromMS(created)
+	return sec, err
+}
+
+// PutSecret implements store.Secrets.
+func (s *Store) PutSecret(ctx context.Context, sec store.Secret) (store.Secret, error) {
+	if err := sec.Validate(); err != nil {
+		return store.Secret{}, err
+	}
+	out, err := scanSecret(s.w.QueryRowContext(ctx, `
+INSERT INTO secrets (`+secretCols+`) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (provider, id) DO UPDATE SET name = excluded.name, session_id = excluded.session_id
+RETURNING `+secretCols,
+		sec.Provider, sec.ID, sec.Name, sec.SessionID, nowMS()))
+	if err != nil {
+		return store.Secret{}, fmt.Errorf("put secret %s/%s: %w", sec.Provider, sec.ID, err)
+	}
+	return out, nil
+}
+
+// ListSecrets implements store.Secrets.
+func (s *Store) ListSecrets(ctx context.Context, q store.SecretQuery) ([]store.Secret, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+secretCols+` FROM secrets
+WHERE (?1 = '' OR provider = ?1) AND (?2 = '' OR session_id = ?2)
+ORDER BY created_at, provider, id`, q.Provider, q.SessionID)
+	out, err := collect(rows, err, scanSecret)
+	if err != nil {
+		return nil, fmt.Errorf("list secrets: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteSecret implements store.Secrets.
+func (s *Store) DeleteSecret(ctx context.Context, provider, id string) error {
+	res, err := s.w.ExecContext(ctx, `DELETE FROM secrets WHERE provider = ? AND id = ?`, provider, id)
+	if err == nil {
+		err = affected(res)
+	}
+	if err != nil {
+		return fmt.Errorf("delete secret %s/%s: %w", provider, id, err)
+	}
+	return nil
+}
+
+// affected returns ErrNotFound if res touched no row.
+func affected(res interface{ RowsAffected() (int64, error) }) error {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return errdefs.ErrNotFound
+	}
+	return nil
+}

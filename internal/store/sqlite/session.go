@@ -1,0 +1,70 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/agentrunner/runner/internal/store"
+)
+
+const sessionCols = `id, project_id, harness, status, sandbox_provider, sandbox_id,
+	agent_session_id, last_turn_index, last_seq, created_at, updated_at`
+
+func scanSession(r scanner) (store.Session, error) {
+	var s store.Session
+	var status string
+	var created, updated int64
+	err := r.Scan(&s.ID, &s.ProjectID, &s.Harness, &status, &s.SandboxProvider, &s.SandboxID,
+		&s.AgentSessionID, &s.LastTurnIndex, &s.LastSeq, &created, &updated)
+	s.Status = store.SessionStatus(status)
+	s.CreatedAt, s.UpdatedAt = fromMS(created), fromMS(updated)
+	return s, err
+}
+
+// PutSession implements store.Sessions.
+func (s *Store) PutSession(ctx context.Context, in store.Session) (store.Session, error) {
+	if err := in.Validate(); err != nil {
+		return store.Session{}, err
+	}
+	t := nowMS()
+	out, err := scanSession(s.w.QueryRowContext(ctx, `
+INSERT INTO sessions (id, project_id, harness, status, sandbox_provider, sandbox_id,
+	agent_session_id, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (id) DO UPDATE SET
+	project_id = excluded.project_id, harness = excluded.harness, status = excluded.status,
+	sandbox_provider = excluded.sandbox_provider, sandbox_id = excluded.sandbox_id,
+	agent_session_id = excluded.agent_session_id, updated_at = excluded.updated_at
+RETURNING `+sessionCols,
+		in.ID, in.ProjectID, in.Harness, string(in.Status), in.SandboxProvider, in.SandboxID,
+		in.AgentSessionID, t, t))
+	if err != nil {
+		return store.Session{}, fmt.Errorf("put session %s: %w", in.ID, err)
+	}
+	return out, nil
+}
+
+// GetSession implements store.Sessions.
+func (s *Store) GetSession(ctx context.Context, id string) (store.Session, error) {
+	out, err := scanSession(s.r.QueryRowContext(ctx, `SELECT `+sessionCols+` FROM sessions WHERE id = ?`, id))
+	if err != nil {
+		return store.Session{}, fmt.Errorf("get session %s: %w", id, notFound(err))
+	}
+	return out, nil
+}
+
+// ListSessions implements store.Sessions.
+func (s *Store) ListSessions(ctx context.Context, q store.SessionQuery) ([]store.Session, error) {
+	limit := q.Limit
+	if limit <= 0 {
+		limit = -1 // SQLite: no limit
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT `+sessionCols+` FROM sessions
+WHERE (?1 = '' OR project_id = ?1) AND (?2 = '' OR status = ?2)
+ORDER BY updated_at DESC, id LIMIT ?3`, q.ProjectID, string(q.Status), limit)
+	out, err := collect(rows, err, scanSession)
+	if err != nil {
+		return nil, fmt.Errorf("list sessions: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,201 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/store"
+)
+
+// busyTimeout is how long a connection waits for another process's lock.
+const busyTimeout = 10 * time.Second
+
+// Store is a store.Store in one SQLite file.
+type Store struct {
+	w *sql.DB // one connection; every write goes through it
+	r *sql.DB // read-only connections
+
+	// The statements of AppendEvents, prepared once on w.
+	bumpSeq, insertEvent *sql.Stmt
+
+	appends      chan *appendReq // AppendEvents calls, to the appender
+	appenderDone chan struct{}   // closed when the appender has returned
+	closed       chan struct{}   // closed by Close
+	closeOnce    sync.Once
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the database file at path, and its
+// parent directory, and brings the schema up to date.
+func Open(ctx context.Context, path string) (*Store, error) {
+	if path == "" || path == ":memory:" {
+		return nil, errdefs.Invalidf("sqlite: need a file path, not %q", path)
+	}
+	s, err := open(ctx, path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite %s: %w", path, err)
+	}
+	return s, nil
+}
+
+func open(ctx context.Context, path string) (_ *Store, err error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
+		return nil, err
+	}
+	pragmas := []string{
+		fmt.Sprintf("busy_timeout(%d)", busyTimeout.Milliseconds()),
+		"journal_mode(WAL)",
+		"synchronous(NORMAL)",
+		"foreign_keys(ON)",
+	}
+	s := &Store{}
+	defer func() {
+		if err != nil {
+			s.closeDBs()
+		}
+	}()
+	if s.w, err = sql.Open("sqlite", dsn(abs, pragmas, "_txlock=immediate")); err != nil {
+		return nil, err
+	}
+	s.w.SetMaxOpenConns(1)
+	if err := migrate(ctx, s.w, migrations); err != nil {
+		return nil, err
+	}
+	if s.bumpSeq, err = s.w.PrepareContext(ctx, `UPDATE sessions SET last_seq = last_seq + ? WHERE id = ? RETURNING last_seq`); err != nil {
+		return nil, err
+	}
+	if s.insertEvent, err = s.w.PrepareContext(ctx, `INSERT INTO events (session_id, seq, turn_index, at, event) VALUES (?, ?, ?, ?, ?)`); err != nil {
+		return nil, err
+	}
+	if s.r, err = sql.Open("sqlite", dsn(abs, append(pragmas, "query_only(1)"))); err != nil {
+		return nil, err
+	}
+	n := max(4, runtime.GOMAXPROCS(0))
+	s.r.SetMaxOpenConns(n)
+	s.r.SetMaxIdleConns(n)
+	s.appends = make(chan *appendReq)
+	s.closed = make(chan struct{})
+	s.appenderDone = make(chan struct{})
+	go s.appender()
+	return s, nil
+}
+
+// dsn builds a file: URI, so that any path (even one holding '?') works.
+func dsn(path string, pragmas []string, extra ...string) string {
+	q := url.Values{}
+	for _, p := range pragmas {
+		q.Add("_pragma", p)
+	}
+	out := "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
+	for _, e := range extra {
+		out += "&" + e
+	}
+	return out
+}
+
+// Close waits for appends in progress and closes the database. Calls
+// made after Close fail.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.closed)
+		<-s.appenderDone
+	})
+	return s.closeDBs()
+}
+
+func (s *Store) closeDBs() error {
+	var errs []error
+	for _, db := range []*sql.DB{s.r, s.w} {
+		if db != nil {
+			errs = append(errs, db.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// inTx runs fn in a write transaction (BEGIN IMMEDIATE) and commits it if
+// fn returns nil.
+func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// isUnique reports a PRIMARY KEY or UNIQUE constraint violation.
+func isUnique(err error) bool {
+	var e *sqlite.Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	return e.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY || e.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE
+}
+
+// notFound turns sql.ErrNoRows into errdefs.ErrNotFound.
+func notFound(err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return errdefs.ErrNotFound
+	}
+	return err
+}
+
+// ms is t as unix milliseconds; the zero time is 0.
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// fromMS is the inverse of ms, in UTC.
+func fromMS(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v).UTC()
+}
+
+// nowMS is the store's clock for CreatedAt and UpdatedAt.
+func nowMS() int64 { return time.Now().UnixMilli() }
+
+// scanner is *sql.Row or *sql.Rows.
+type scanner interface{ Scan(dest ...any) error }
+
+// collect scans every row of rows with scan.
+func collect[T any](rows *sql.Rows, err error, scan func(scanner) (T, error)) ([]T, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,135 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/store"
+)
+
+const turnCols = `session_id, turn_index, turn_id, harness, agent_session_id, sandbox_provider,
+	sandbox_id, status, started_at, ended_at, input_tokens, output_tokens, total_tokens, cost,
+	stop_reason, error, owner`
+
+func scanTurn(r scanner) (store.Turn, error) {
+	var t store.Turn
+	var status string
+	var started, ended int64
+	err := r.Scan(&t.SessionID, &t.Index, &t.TurnID, &t.Harness, &t.AgentSessionID, &t.SandboxProvider,
+		&t.SandboxID, &status, &started, &ended, &t.Usage.Input, &t.Usage.Output, &t.Usage.Total, &t.Usage.Cost,
+		&t.StopReason, &t.Error, &t.Owner)
+	t.Status = store.TurnStatus(status)
+	t.StartedAt, t.EndedAt = fromMS(started), fromMS(ended)
+	return t, err
+}
+
+// BeginTurn implements store.Turns.
+func (s *Store) BeginTurn(ctx context.Context, t store.Turn) (store.Turn, error) {
+	if err := t.ValidateBegin(); err != nil {
+		return store.Turn{}, err
+	}
+	var out store.Turn
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var id string
+		err := tx.QueryRowContext(ctx, `UPDATE sessions
+SET last_turn_index = max(last_turn_index, ?), updated_at = ? WHERE id = ? RETURNING id`,
+			t.Index, nowMS(), t.SessionID).Scan(&id)
+		if err != nil {
+			return notFound(err)
+		}
+		out, err = scanTurn(tx.QueryRowContext(ctx, `INSERT INTO turns (`+turnCols+`)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, 0, 0, 0, '', '', ?) RETURNING `+turnCols,
+			t.SessionID, t.Index, t.TurnID, t.Harness, t.AgentSessionID, t.SandboxProvider,
+			t.SandboxID, string(store.TurnRunning), ms(t.StartedAt), t.Owner))
+		if isUnique(err) {
+			return errdefs.ErrConflict
+		}
+		return err
+	})
+	if err != nil {
+		return store.Turn{}, fmt.Errorf("begin turn %s/%d: %w", t.SessionID, t.Index, err)
+	}
+	return out, nil
+}
+
+// EndTurn implements store.Turns.
+func (s *Store) EndTurn(ctx context.Context, t store.Turn) (store.Turn, error) {
+	if err := t.ValidateEnd(); err != nil {
+		return store.Turn{}, err
+	}
+	var out store.Turn
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		out, err = scanTurn(tx.QueryRowContext(ctx, `UPDATE turns SET
+	status = ?, ended_at = ?, input_tokens = ?, output_tokens = ?, total_tokens = ?, cost = ?,
+	stop_reason = ?, error = ?, agent_session_id = ?, sandbox_provider = ?, sandbox_id = ?
+WHERE session_id = ? AND turn_index = ? AND status IN ('running', 'paused')
+RETURNING `+turnCols,
+			string(t.Status), ms(t.EndedAt), t.Usage.Input, t.Usage.Output, t.Usage.Total, t.Usage.Cost,
+			t.StopReason, t.Error, t.AgentSessionID, t.SandboxProvider, t.SandboxID,
+			t.SessionID, t.Index))
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		// Tell a missing turn from one that has already ended.
+		var status string
+		err = tx.QueryRowContext(ctx, `SELECT status FROM turns WHERE session_id = ? AND turn_index = ?`,
+			t.SessionID, t.Index).Scan(&status)
+		if err != nil {
+			return notFound(err)
+		}
+		return fmt.Errorf("already %s: %w", status, errdefs.ErrConflict)
+	})
+	if err != nil {
+		return store.Turn{}, fmt.Errorf("end turn %s/%d: %w", t.SessionID, t.Index, err)
+	}
+	return out, nil
+}
+
+// GetTurn implements store.Turns.
+func (s *Store) GetTurn(ctx context.Context, sessionID string, index int) (store.Turn, error) {
+	out, err := scanTurn(s.r.QueryRowContext(ctx, `SELECT `+turnCols+` FROM turns
+WHERE session_id = ? AND turn_index = ?`, sessionID, index))
+	if err != nil {
+		return store.Turn{}, fmt.Errorf("get turn %s/%d: %w", sessionID, index, notFound(err))
+	}
+	return out, nil
+}
+
+// ListTurns implements store.Turns.
+func (s *Store) ListTurns(ctx context.Context, sessionID string) ([]store.Turn, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+turnCols+` FROM turns
+WHERE session_id = ? ORDER BY turn_index`, sessionID)
+	out, err := collect(rows, err, scanTurn)
+	if err == nil && len(out) == 0 {
+		err = s.sessionExists(ctx, sessionID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list turns %s: %w", sessionID, err)
+	}
+	return out, nil
+}
+
+// InterruptTurns implements store.Turns.
+func (s *Store) InterruptTurns(ctx context.Context, owner string, at time.Time) (int, error) {
+	res, err := s.w.ExecContext(ctx, `UPDATE turns SET status = 'interrupted', ended_at = ?
+WHERE owner = ? AND status = 'running'`, ms(at), owner)
+	if err != nil {
+		return 0, fmt.Errorf("interrupt turns of %s: %w", owner, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("interrupt turns of %s: %w", owner, err)
+	}
+	return int(n), nil
+}
+
+// sessionExists returns nil if the session exists, else ErrNotFound.
+func (s *Store) sessionExists(ctx context.Context, id string) error {
+	var one int
+	return notFound(s.r.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE id = ?`, id).Scan(&one))
+}

@@ -1,0 +1,110 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Store is everything the runner keeps durably.
+type Store interface {
+	Sessions
+	Turns
+	Events
+	Sandboxes
+	Secrets
+	Leases
+	// Close releases the store's connections. Calls after Close fail.
+	Close() error
+}
+
+// Sessions records one row per caller session.
+type Sessions interface {
+	// PutSession creates the session or replaces its mutable fields
+	// (project, harness, status, sandbox, agent session) and returns the
+	// stored record. CreatedAt, UpdatedAt, LastTurnIndex and LastSeq are
+	// kept by the store; their values in s are ignored.
+	PutSession(ctx context.Context, s Session) (Session, error)
+	// GetSession returns the session, or an error wrapping ErrNotFound.
+	GetSession(ctx context.Context, id string) (Session, error)
+	// ListSessions returns the sessions matching q, most recently updated
+	// first.
+	ListSessions(ctx context.Context, q SessionQuery) ([]Session, error)
+}
+
+// Turns is the append-only turn ledger: one row per (session, index).
+type Turns interface {
+	// BeginTurn records t as running and raises the session's
+	// LastTurnIndex to t.Index. It fails with ErrNotFound if the session
+	// does not exist and with ErrConflict if the index is taken: of two
+	// racing turns exactly one begins. t.Status and the end fields are
+	// ignored.
+	BeginTurn(ctx context.Context, t Turn) (Turn, error)
+	// EndTurn records the outcome of the turn (t.SessionID, t.Index):
+	// status (not running), end time, usage, stop reason, error, and the
+	// agent session and sandbox known by then. It succeeds only while the
+	// stored turn is running or paused (a paused turn may resume and end
+	// again); otherwise the first outcome stands and it fails with
+	// ErrConflict.
+	EndTurn(ctx context.Context, t Turn) (Turn, error)
+	// GetTurn returns one turn, or an error wrapping ErrNotFound.
+	GetTurn(ctx context.Context, sessionID string, index int) (Turn, error)
+	// ListTurns returns the session's turns by ascending index; an unknown
+	// session is ErrNotFound.
+	ListTurns(ctx context.Context, sessionID string) ([]Turn, error)
+	// InterruptTurns marks every running turn owned by owner as
+	// interrupted, ended at at, and returns how many it marked. A replica
+	// calls it for its own id at start-up, before it takes new turns.
+	InterruptTurns(ctx context.Context, owner string, at time.Time) (int, error)
+}
+
+// Events is the per-session event log.
+type Events interface {
+	// AppendEvents appends evs to the session's log in one transaction and
+	// returns the session's last sequence number: evs[i] gets
+	// last-len(evs)+1+i. Numbers start at 1 and have no gaps, whatever the
+	// number of concurrent appenders. Seq in evs is ignored. An unknown
+	// session is ErrNotFound.
+	AppendEvents(ctx context.Context, sessionID string, evs []Event) (last int64, err error)
+	// ReadEvents returns up to limit events with Seq > after, in order;
+	// limit <= 0 means all. An unknown session is ErrNotFound.
+	ReadEvents(ctx context.Context, sessionID string, after int64, limit int) ([]Event, error)
+}
+
+// Sandboxes records the sandboxes the runner created, so that a restarted
+// runner can find, reuse or reap them.
+type Sandboxes interface {
+	// PutSandbox creates or updates the record keyed by (Provider, ID).
+	PutSandbox(ctx context.Context, sb Sandbox) (Sandbox, error)
+	// GetSandbox returns the record, or an error wrapping ErrNotFound.
+	GetSandbox(ctx context.Context, provider, id string) (Sandbox, error)
+	// ListSandboxes returns the records matching q, oldest first.
+	ListSandboxes(ctx context.Context, q SandboxQuery) ([]Sandbox, error)
+	// DeleteSandbox removes the record; a missing one is ErrNotFound.
+	DeleteSandbox(ctx context.Context, provider, id string) error
+}
+
+// Secrets records provider-side secrets the runner created (Daytona), so
+// that orphans can be reaped.
+type Secrets interface {
+	// PutSecret creates or updates the record keyed by (Provider, ID).
+	PutSecret(ctx context.Context, s Secret) (Secret, error)
+	// ListSecrets returns the records matching q, oldest first.
+	ListSecrets(ctx context.Context, q SecretQuery) ([]Secret, error)
+	// DeleteSecret removes the record; a missing one is ErrNotFound.
+	DeleteSecret(ctx context.Context, provider, id string) error
+}
+
+// Leases say which replica owns a session. The caller supplies the clock:
+// a lease is held while now < Expires.
+type Leases interface {
+	// AcquireLease gives the session to owner until now+ttl if the lease
+	// is free, expired or already owner's (a renewal). Otherwise it
+	// returns a *LeaseError naming the holder, which wraps ErrConflict.
+	AcquireLease(ctx context.Context, sessionID, owner string, now time.Time, ttl time.Duration) (Lease, error)
+	// ReleaseLease gives up owner's lease. Releasing a lease that does not
+	// exist is not an error; one held by another owner is a *LeaseError.
+	ReleaseLease(ctx context.Context, sessionID, owner string) error
+	// GetLease returns the session's lease, expired or not, or an error
+	// wrapping ErrNotFound.
+	GetLease(ctx context.Context, sessionID string) (Lease, error)
+}

@@ -1,0 +1,71 @@
+package storetest
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentrunner/runner/internal/store"
+	"github.com/agentrunner/runner/internal/wire"
+)
+
+// Bench measures event append throughput, reported as events/s. open
+// must return a new, empty store for each sub-benchmark and close it when
+// b ends. Sub-benchmarks: one appender with batches of 1, 10 and 100
+// events (a batch is one transaction), and 8×GOMAXPROCS parallel
+// appenders, each on its own session, with batches of 1 and 10.
+func Bench(b *testing.B, open func(b *testing.B) store.Store) {
+	for _, n := range []int{1, 10, 100} {
+		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {
+			st := open(b)
+			session := newBenchSession(b, st, "s")
+			evs := benchEvents(n)
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := st.AppendEvents(b.Context(), session, evs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+	for _, n := range []int{1, 10} {
+		b.Run(fmt.Sprintf("parallel/batch=%d", n), func(b *testing.B) {
+			st := open(b)
+			var next atomic.Int64
+			evs := benchEvents(n)
+			b.SetParallelism(8)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				session := newBenchSession(b, st, fmt.Sprintf("s%d", next.Add(1)))
+				for pb.Next() {
+					if _, err := st.AppendEvents(b.Context(), session, evs); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}
+
+func newBenchSession(b *testing.B, st store.Store, id string) string {
+	if _, err := st.PutSession(b.Context(), store.Session{ID: id, Status: store.SessionActive}); err != nil {
+		b.Fatal(err)
+	}
+	return id
+}
+
+// benchEvents is n streamed text deltas, the most common event.
+func benchEvents(n int) []store.Event {
+	evs := make([]store.Event, n)
+	for i := range evs {
+		evs[i] = store.Event{TurnIndex: 3, Time: time.Now(), Event: wire.Event{
+			Type: wire.EventMessageDelta, ID: "msg_01HZX3K6Q9V2",
+			Delta: fmt.Sprintf("token %d of a reply that streams a few words at a time, ", i),
+		}}
+	}
+	return evs
+}
