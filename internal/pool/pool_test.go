@@ -8,60 +8,9 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/pool"
+	"github.com/agentrunner/runner/internal/pool/pooltest"
 	"github.com/google/go-cmp/cmp"
 )
-
-// fakeClock fires timers only when advanced.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*fakeTimer
-}
-
-type fakeTimer struct {
-	c       *fakeClock
-	at      time.Time
-	f       func()
-	stopped bool
-}
-
-func (t *fakeTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	was := !t.stopped
-	t.stopped = true
-	return was
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) pool.Timer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &fakeTimer{c: c, at: c.now.Add(d), f: f}
-	c.timers = append(c.timers, t)
-	return t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	var due []func()
-	for _, t := range c.timers {
-		if !t.stopped && !t.at.After(c.now) {
-			t.stopped = true
-			due = append(due, t.f)
-		}
-	}
-	c.mu.Unlock()
-	for _, f := range due {
-		f()
-	}
-}
 
 type recorder struct {
 	mu       sync.Mutex
@@ -101,8 +50,8 @@ func (r *recorder) got() map[string]string {
 	return out
 }
 
-func newPool(max int) (*pool.Pool, *fakeClock, *recorder) {
-	c := &fakeClock{now: time.Unix(1000, 0)}
+func newPool(max int) (*pool.Pool, *pooltest.Clock, *recorder) {
+	c := pooltest.NewClock(time.Unix(1000, 0))
 	p := pool.New(pool.Config{Max: max, IdleTTL: time.Minute, ApprovalTTL: 10 * time.Minute, Clock: c})
 	return p, c, newRecorder()
 }

@@ -1,0 +1,367 @@
+package runner_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentrunner/runner/internal/agent"
+	"github.com/agentrunner/runner/internal/agent/acp"
+	"github.com/agentrunner/runner/internal/agent/agenttest"
+	"github.com/agentrunner/runner/internal/pool/pooltest"
+	"github.com/agentrunner/runner/internal/runner"
+	"github.com/agentrunner/runner/internal/sandbox"
+	"github.com/agentrunner/runner/internal/sandbox/local"
+	"github.com/agentrunner/runner/internal/store"
+	"github.com/agentrunner/runner/internal/store/sqlite"
+	"github.com/agentrunner/runner/internal/wire"
+)
+
+func TestMain(m *testing.M) {
+	agenttest.MaybeRun()
+	os.Exit(m.Run())
+}
+
+type env struct {
+	svc   *runner.Service
+	st    store.Store
+	clock *pooltest.Clock
+	dir   string
+}
+
+type option func(*runner.Config)
+
+func newEnv(t *testing.T, opts ...option) *env {
+	t.Helper()
+	dir := t.TempDir()
+	p, err := local.New(local.Config{Dir: filepath.Join(dir, "sandboxes"), Isolation: "none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := sqlite.Open(t.Context(), filepath.Join(dir, "runner.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := pooltest.NewClock(time.Unix(1_000_000, 0))
+	cfg := runner.Config{
+		Version:         "test",
+		DefaultProvider: "local",
+		Harnesses: map[string]agent.Spec{
+			"fake":  {Command: agenttest.Command()},
+			"other": {Command: agenttest.Command()},
+		},
+		BaseEnv:     []string{"PATH=/usr/bin:/bin"},
+		ReplicaID:   "replica-a",
+		KeepAlive:   true,
+		PoolMax:     8,
+		SessionTTL:  time.Minute,
+		ApprovalTTL: 10 * time.Minute,
+		PoolClock:   clock,
+		Logger:      slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	svc, err := runner.New(cfg, []sandbox.Provider{p}, &acp.Driver{ClientVersion: "test", CancelGrace: 2 * time.Second}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = svc.Shutdown(context.Background())
+		st.Close()
+	})
+	return &env{svc: svc, st: st, clock: clock, dir: dir}
+}
+
+type req struct {
+	session, harness string
+	messages         []string // alternating user, assistant, …, user
+	agentsMD         string
+	key              string
+}
+
+func (r req) wire() *wire.Request {
+	w := &wire.Request{Harness: r.harness, SessionID: r.session, ProjectID: "p", AgentsMD: r.agentsMD}
+	if w.Harness == "" {
+		w.Harness = "fake"
+	}
+	for i, m := range r.messages {
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		w.Messages = append(w.Messages, wire.Message{Role: role, Content: wire.MessageContent{Text: m, IsText: true}})
+	}
+	if r.key != "" {
+		w.ModelConnection = &wire.ModelConnection{Provider: "openai", Deployment: "direct",
+			Endpoint:    &wire.Endpoint{BaseURL: "https://api.example.com"},
+			Credentials: []wire.Credential{{Binding: wire.Binding{Kind: "environment", Name: "OPENAI_API_KEY"}, Value: r.key, Usage: "opaque_http"}}}
+	}
+	return w
+}
+
+type turnResult struct {
+	res    wire.Result
+	mode   string
+	pid    string
+	events []wire.Event
+	seqs   []int64
+}
+
+var pidRE = regexp.MustCompile(`pid (\d+)`)
+
+func (e *env) turn(t *testing.T, r req) turnResult {
+	t.Helper()
+	var out turnResult
+	var mu sync.Mutex
+	res, err := e.svc.Run(t.Context(), r.wire(), func(seq int64, ev wire.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		out.events = append(out.events, ev)
+		if seq > 0 {
+			out.seqs = append(out.seqs, seq)
+		}
+		if ev.Type == wire.EventData && ev.Name == "agent-session" {
+			var d map[string]string
+			_ = json.Unmarshal(ev.Data, &d)
+			out.mode = d["mode"]
+		}
+	})
+	if err != nil {
+		t.Fatalf("turn %v: %v", r.messages, err)
+	}
+	out.res = res
+	if m := pidRE.FindStringSubmatch(res.Output); m != nil {
+		out.pid = m[1]
+	}
+	return out
+}
+
+func TestWarmContinueKeepsTheHarness(t *testing.T) {
+	e := newEnv(t)
+	first := e.turn(t, req{session: "s", messages: []string{"pid"}})
+	second := e.turn(t, req{session: "s", messages: []string{"pid", first.res.Output, "pid\nhistory"}})
+	if first.mode != "new" || second.mode != "warm" {
+		t.Fatalf("modes %q then %q", first.mode, second.mode)
+	}
+	if first.pid == "" || first.pid != second.pid {
+		t.Fatalf("harness pid %q then %q: not the same process", first.pid, second.pid)
+	}
+	if !strings.Contains(second.res.Output, "history 1: pid") {
+		t.Errorf("warm turn does not continue the session: %q", second.res.Output)
+	}
+	// A caller that sends only its newest message also continues warm.
+	third := e.turn(t, req{session: "s", messages: []string{"pid"}})
+	if third.mode != "warm" || third.pid != first.pid {
+		t.Errorf("last-message-only turn: mode %q pid %q", third.mode, third.pid)
+	}
+}
+
+func TestMismatchForcesCold(t *testing.T) {
+	cases := []struct {
+		name   string
+		second req
+		reason string
+	}{
+		{"config", req{session: "s", agentsMD: "new instructions", messages: []string{"pid", "x", "pid"}}, "config"},
+		{"history", req{session: "s", messages: []string{"something else", "x", "pid"}}, "history"},
+		{"credentials", req{session: "s", key: "sk-rotated", messages: []string{"pid", "x", "pid"}}, "credentials-rotated"},
+		{"harness", req{session: "s", harness: "other", messages: []string{"pid", "x", "pid"}}, "harness or provider changed"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			first := e.turn(t, req{session: "s", key: "sk-1", messages: []string{"pid"}})
+			if c.second.key == "" {
+				c.second.key = "sk-1"
+			}
+			second := e.turn(t, c.second)
+			if second.mode == "warm" || second.pid == first.pid {
+				t.Fatalf("mode %q pid %q/%q: warm despite a %s change", second.mode, first.pid, second.pid, c.name)
+			}
+			var why string
+			for _, ev := range second.events {
+				if ev.Name == "agent-session.teardown" {
+					var d map[string]string
+					_ = json.Unmarshal(ev.Data, &d)
+					why = d["why"]
+				}
+			}
+			if why != c.reason {
+				t.Errorf("teardown reason %q, want %q", why, c.reason)
+			}
+		})
+	}
+}
+
+func TestIdleTTLExpires(t *testing.T) {
+	e := newEnv(t)
+	first := e.turn(t, req{session: "s", messages: []string{"pid"}})
+	if e.svc.Warm() != 1 {
+		t.Fatalf("warm = %d after a clean turn", e.svc.Warm())
+	}
+	e.clock.Advance(59 * time.Second)
+	if e.svc.Warm() != 1 {
+		t.Fatal("expired before its TTL")
+	}
+	e.clock.Advance(2 * time.Second)
+	waitFor(t, func() bool { return e.svc.Warm() == 0 })
+	second := e.turn(t, req{session: "s", messages: []string{"pid", "x", "pid\nhistory"}})
+	if second.mode == "warm" || second.pid == first.pid {
+		t.Fatalf("after TTL: mode %q, pid %s then %s", second.mode, first.pid, second.pid)
+	}
+}
+
+func TestLRUEviction(t *testing.T) {
+	e := newEnv(t, func(c *runner.Config) { c.PoolMax = 1 })
+	a := e.turn(t, req{session: "a", messages: []string{"pid"}})
+	e.turn(t, req{session: "b", messages: []string{"pid"}})
+	waitFor(t, func() bool { return e.svc.Warm() == 1 })
+	again := e.turn(t, req{session: "a", messages: []string{"pid", "x", "pid"}})
+	if again.mode == "warm" || again.pid == a.pid {
+		t.Fatalf("evicted session came back warm: %q", again.mode)
+	}
+}
+
+func TestKeepAliveOff(t *testing.T) {
+	e := newEnv(t, func(c *runner.Config) { c.KeepAlive = false })
+	first := e.turn(t, req{session: "s", messages: []string{"pid"}})
+	second := e.turn(t, req{session: "s", messages: []string{"pid", "x", "pid"}})
+	if e.svc.Warm() != 0 || second.mode == "warm" || first.pid == second.pid {
+		t.Fatalf("keepalive off but warm: %q", second.mode)
+	}
+}
+
+func TestColdReplayFromTheLog(t *testing.T) {
+	e := newEnv(t, func(c *runner.Config) { c.KeepAlive = false })
+	e.turn(t, req{session: "s", messages: []string{"say my name is Ada"}})
+	// The caller sends only the new message: the runner rebuilds the rest.
+	second := e.turn(t, req{session: "s", harness: "other", messages: []string{"what is my name?"}})
+	if second.mode != "replay" || !strings.Contains(second.res.Output, "user: say my name is Ada") || !strings.Contains(second.res.Output, "assistant: my name is Ada") {
+		t.Fatalf("mode %q output %q", second.mode, second.res.Output)
+	}
+}
+
+func TestLedgerAndEventLog(t *testing.T) {
+	e := newEnv(t)
+	first := e.turn(t, req{session: "s", messages: []string{"say one"}})
+	second := e.turn(t, req{session: "s", messages: []string{"say one", "one", "say two\nusage 2 3"}})
+	v, err := e.svc.GetSession(t.Context(), "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Turns) != 2 || v.Turns[0].Status != "completed" || v.Turns[1].Status != "completed" || v.Turns[1].Usage.Total != 5 {
+		t.Fatalf("turns %+v", v.Turns)
+	}
+	// Sequence numbers continue across turns without gaps.
+	all := append(append([]int64{}, first.seqs...), second.seqs...)
+	for i := 1; i < len(all); i++ {
+		if all[i] <= all[i-1] {
+			t.Fatalf("seqs not increasing: %v", all)
+		}
+	}
+	// Resume from a cursor: everything after it, nothing before.
+	cursor := first.seqs[len(first.seqs)-1]
+	var got []wire.Record
+	if err := e.svc.Events(t.Context(), "s", cursor, false, func(r wire.Record) error { got = append(got, r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) == 0 || got[0].Seq != cursor+1 {
+		t.Fatalf("resume from %d: %+v", cursor, got)
+	}
+	var userMsgs, types []string
+	for _, r := range got {
+		types = append(types, r.Event.Type)
+		if r.Event.Type == wire.EventMessage && r.Event.Role == "user" {
+			userMsgs = append(userMsgs, r.Event.Text)
+		}
+	}
+	if len(userMsgs) != 1 || userMsgs[0] != "say two\nusage 2 3" {
+		t.Errorf("user messages after cursor: %q (%v)", userMsgs, types)
+	}
+}
+
+func TestConcurrentTurnOnOneSessionIsRefused(t *testing.T) {
+	e := newEnv(t)
+	started := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var once sync.Once
+		_, _ = e.svc.Run(context.Background(), req{session: "s", messages: []string{"say go\nsleep 2s"}}.wire(), func(int64, wire.Event) { once.Do(func() { close(started) }) })
+	}()
+	<-started
+	_, err := e.svc.Run(t.Context(), req{session: "s", messages: []string{"hi"}}.wire(), nil)
+	if err == nil || !strings.Contains(err.Error(), "already has a turn in flight") {
+		t.Fatalf("second concurrent turn: %v", err)
+	}
+	e.svc.Kill(t.Context(), "s", "p")
+	<-done
+}
+
+func TestOtherReplicaHoldsTheLease(t *testing.T) {
+	e := newEnv(t)
+	if _, err := e.st.AcquireLease(t.Context(), "s", "replica-b", time.Now(), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.svc.Run(t.Context(), req{session: "s", messages: []string{"hi"}}.wire(), nil)
+	if err == nil || !strings.Contains(err.Error(), "replica-b") {
+		t.Fatalf("turn on a session leased to another replica: %v", err)
+	}
+}
+
+func TestDeleteSession(t *testing.T) {
+	e := newEnv(t)
+	e.turn(t, req{session: "s", messages: []string{"hi"}})
+	if err := e.svc.DeleteSession(t.Context(), "s"); err != nil {
+		t.Fatal(err)
+	}
+	if e.svc.Warm() != 0 {
+		t.Error("warm harness survived DELETE")
+	}
+	_, err := e.svc.Run(t.Context(), req{session: "s", messages: []string{"hi"}}.wire(), nil)
+	if err == nil || !strings.Contains(err.Error(), "deleted") {
+		t.Fatalf("turn on a deleted session: %v", err)
+	}
+}
+
+func TestRecoverMarksInterruptedTurns(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	if _, err := e.st.PutSession(ctx, store.Session{ID: "s", ProjectID: "p", Status: store.SessionActive}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.BeginTurn(ctx, store.Turn{SessionID: "s", Index: 0, Owner: "replica-a", StartedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := e.svc.Recover(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("recover: %d %v", n, err)
+	}
+	tr, _ := e.st.GetTurn(ctx, "s", 0)
+	if tr.Status != store.TurnInterrupted {
+		t.Fatalf("status %q", tr.Status)
+	}
+	next := e.turn(t, req{session: "s", messages: []string{"hi"}})
+	if !next.res.OK {
+		t.Fatalf("next turn after recovery: %+v", next.res)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition never held")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
