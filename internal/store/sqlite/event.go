@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/store"
@@ -64,6 +65,8 @@ func (s *Store) appender() {
 		case <-s.closed:
 			return
 		}
+		// Let the callers that the last commit woke up queue behind this one.
+		runtime.Gosched()
 	more:
 		for len(group) < maxGroup {
 			select {
