@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -20,6 +21,8 @@ import (
 	"github.com/agentrunner/runner/internal/store"
 	"github.com/agentrunner/runner/internal/store/postgres"
 	"github.com/agentrunner/runner/internal/store/sqlite"
+	"github.com/agentrunner/runner/internal/tools"
+	"github.com/agentrunner/runner/internal/tools/relay"
 )
 
 func newLogger(w io.Writer, level string) *slog.Logger {
@@ -52,12 +55,56 @@ func buildService(ctx context.Context, cfg config.Config, environ []string, log 
 		st.Close()
 		return nil, nil, err
 	}
-	svc, err := newService(cfg, environ, log, st, replica)
+	tc, stopTools, err := startTools(ctx, cfg, log)
 	if err != nil {
 		st.Close()
 		return nil, nil, err
 	}
-	return svc, func() { st.Close() }, nil
+	svc, err := newService(cfg, environ, log, st, replica, tc)
+	if err != nil {
+		stopTools()
+		st.Close()
+		return nil, nil, err
+	}
+	return svc, func() { stopTools(); st.Close() }, nil
+}
+
+// startTools listens on the tool relay's unix socket. Harnesses reach it
+// through `runner mcp-stdio`, this very binary, bound into each sandbox.
+func startTools(ctx context.Context, cfg config.Config, log *slog.Logger) (runner.ToolsConfig, func(), error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return runner.ToolsConfig{}, nil, fmt.Errorf("locate the runner binary for mcp-stdio: %w", err)
+	}
+	if resolved, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = resolved
+	}
+	sock := filepath.Join(cfg.DataDir, "run", "tools.sock")
+	if len(sock) > 100 { // sun_path is 108 bytes
+		sum := sha256.Sum256([]byte(cfg.DataDir))
+		sock = filepath.Join(os.TempDir(), "runner-"+hex.EncodeToString(sum[:6]), "tools.sock")
+	}
+	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
+		return runner.ToolsConfig{}, nil, fmt.Errorf("tool relay socket dir: %w", err)
+	}
+	_ = os.Remove(sock) // a stale socket from a previous run
+	// World-connectable: a sandbox may run under another uid; the
+	// per-session token is the access control.
+	ln, err := relay.Listen(sock, 0o666)
+	if err != nil {
+		return runner.ToolsConfig{}, nil, fmt.Errorf("tool relay socket %s: %w", sock, err)
+	}
+	r := relay.New(log)
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Serve(rctx, ln) }()
+	tc := runner.ToolsConfig{
+		Base:   tools.Config{DefaultTimeout: cfg.ToolsTimeout, HostAllowlist: cfg.MCPHostAllowlist},
+		Relay:  r,
+		Socket: sock,
+		Shim:   []string{exe, "mcp-stdio"},
+	}
+	return tc, func() { cancel(); _ = ln.Close(); <-done; _ = os.Remove(sock) }, nil
 }
 
 func openStore(ctx context.Context, cfg config.Config) (store.Store, error) {
@@ -95,7 +142,7 @@ func replicaID(cfg config.Config) (string, error) {
 	return id, nil
 }
 
-func newService(cfg config.Config, environ []string, log *slog.Logger, st store.Store, replica string) (*runner.Service, error) {
+func newService(cfg config.Config, environ []string, log *slog.Logger, st store.Store, replica string, tc runner.ToolsConfig) (*runner.Service, error) {
 	var providers []sandbox.Provider
 	for _, name := range cfg.EnabledProviders {
 		switch name {
@@ -128,6 +175,7 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 		PoolMax:         cfg.PoolMax,
 		SessionTTL:      cfg.SessionTTL,
 		ApprovalTTL:     cfg.ApprovalTTL,
+		Tools:           tc,
 		Logger:          log,
 	}, providers, &acp.Driver{ClientVersion: version}, st)
 }

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
+
+	"github.com/agentrunner/runner/internal/tools/relay"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -16,6 +19,7 @@ Usage:
   runner serve                 run the HTTP service (needs AGENTA_RUNNER_TOKEN)
   runner run [flags]           run one turn; request JSON on stdin or flags
   runner health [flags]        query a running service's /health
+  runner mcp-stdio             (inside a sandbox) the harness's stdio MCP server for runner tools
   runner version               print the version
 
 Configuration is read from the environment; see README.md.
@@ -33,6 +37,9 @@ func run(ctx context.Context, args []string, environ []string, stdin io.Reader, 
 		return runTurn(ctx, args[1:], environ, stdin, stdout, stderr)
 	case "health":
 		return health(ctx, args[1:], environ, stdout, stderr)
+	case "mcp-stdio":
+		// Started by a harness inside a sandbox: relays MCP to the runner.
+		return relay.MCPStdio(ctx, args[1:], envLookup(environ), stdin, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "runner", version)
 		return 0
@@ -42,6 +49,16 @@ func run(ctx context.Context, args []string, environ []string, stdin io.Reader, 
 	}
 	fmt.Fprintf(stderr, "runner: unknown command %q\n\n%s", args[0], usage)
 	return 2
+}
+
+func envLookup(environ []string) func(string) string {
+	m := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
+	return func(k string) string { return m[k] }
 }
 
 func isTerminal(w io.Writer) bool {

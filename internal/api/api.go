@@ -83,6 +83,7 @@ func New(cfg Config, r *runner.Service, extra ...Route) *Handler {
 	h.mux.Handle("GET /v1/sessions/{id}", h.auth(http.HandlerFunc(h.getSession)))
 	h.mux.Handle("DELETE /v1/sessions/{id}", h.auth(http.HandlerFunc(h.deleteSession)))
 	h.mux.Handle("GET /v1/sessions/{id}/events", h.auth(http.HandlerFunc(h.sessionEvents)))
+	h.mux.Handle("POST /v1/sessions/{id}/interactions/{iid}", h.auth(http.HandlerFunc(h.decide)))
 	for _, rt := range extra {
 		h.mux.Handle(rt.Pattern, h.auth(rt.Handler))
 	}
@@ -245,6 +246,12 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request) {
 		WriteErr(w, err)
 		return
 	}
+	h.runTurn(w, r, turn)
+}
+
+// runTurn runs an admitted turn: NDJSON with Accept: application/x-ndjson,
+// else one JSON result.
+func (h *Handler) runTurn(w http.ResponseWriter, r *http.Request, turn *runner.Turn) {
 	if strings.Contains(r.Header.Get("Accept"), "application/x-ndjson") {
 		h.stream(w, r, turn)
 		return

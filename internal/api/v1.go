@@ -1,6 +1,8 @@
 package api
 
 import (
+	"encoding/json"
+	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -99,4 +101,33 @@ func (h *Handler) sessionEvents(w http.ResponseWriter, r *http.Request) {
 	if err != nil && r.Context().Err() == nil {
 		out.write(wire.Record{Kind: "error", Event: &wire.Event{Type: wire.EventError, Message: err.Error()}})
 	}
+}
+
+// decide answers a paused approval and continues the turn, streaming it
+// like /stream (NDJSON with Accept: application/x-ndjson).
+func (h *Handler) decide(w http.ResponseWriter, r *http.Request) {
+	if h.inflight.Add(1) > int64(h.cfg.ConcurrencyLimit) {
+		h.inflight.Add(-1)
+		WriteError(w, http.StatusTooManyRequests, "Runner at capacity ("+strconv.Itoa(h.cfg.ConcurrencyLimit)+" concurrent runs)")
+		return
+	}
+	defer h.inflight.Add(-1)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 16<<10))
+	if err != nil {
+		WriteErr(w, bodyError(err))
+		return
+	}
+	var d struct {
+		Approved *bool `json:"approved"`
+	}
+	if err := json.Unmarshal(body, &d); err != nil || d.Approved == nil {
+		WriteErr(w, errdefs.Invalidf("body: want {\"approved\": true|false}"))
+		return
+	}
+	turn, err := h.runner.Decide(r.Context(), r.PathValue("id"), r.PathValue("iid"), *d.Approved)
+	if err != nil {
+		WriteErr(w, err)
+		return
+	}
+	h.runTurn(w, r, turn)
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/permission"
 	"github.com/agentrunner/runner/internal/wire"
 )
 
@@ -24,6 +25,13 @@ type plan struct {
 	history  []wire.Message // messages before the tail
 	network  string
 	allow    []string
+
+	perms     permission.Plan
+	decisions *permission.Decisions
+	// approvals are the tail's answers to paused permission requests, by
+	// tool call id; approvalOnly is a tail that carries nothing else.
+	approvals    map[string]bool
+	approvalOnly bool
 }
 
 // admit checks a request against the deployment and builds its plan. Every
@@ -109,11 +117,26 @@ func (s *Service) admit(req *wire.Request) (*plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.approvals = approvalsOf(tail)
 	if len(blocks) == 0 {
-		return nil, errdefs.Invalidf("messages: No user message to send (prompt/messages empty)")
+		if len(p.approvals) == 0 {
+			return nil, errdefs.Invalidf("messages: No user message to send (prompt/messages empty)")
+		}
+		p.approvalOnly = true
+	}
+	p.decisions = permission.ParseDecisions(req.Messages)
+	p.perms = permission.New(req.Permissions, req.CustomTools, req.MCPServers)
+	if s.cfg.DenyAllPermissions {
+		p.perms = permission.DenyAll()
+	}
+	if p.network == "allowlist" {
+		p.allow = append(p.allow, mcpHosts(req.MCPServers)...)
 	}
 	p.tail, p.tailText = blocks, text
 	p.history = req.Messages[:len(req.Messages)-1]
+	if err := s.checkTools(p); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 

@@ -26,6 +26,7 @@ import (
 
 func TestMain(m *testing.M) {
 	agenttest.MaybeRun()
+	maybeShim()
 	os.Exit(m.Run())
 }
 

@@ -47,6 +47,11 @@ type Config struct {
 	LeaseTTL time.Duration
 	// PoolClock drives warm-session timers; nil is the real clock.
 	PoolClock pool.Clock
+	// Tools serves customTools; its zero value refuses them.
+	Tools ToolsConfig
+	// DenyAllPermissions is the incident kill switch: every permission
+	// request and tool call is denied.
+	DenyAllPermissions bool
 
 	Logger *slog.Logger
 }
@@ -67,6 +72,9 @@ type Service struct {
 	inflight map[*turn]struct{}
 	busy     map[string]*turn // session key -> its running turn
 	closing  bool
+	// paused holds, per session, the request of its last paused turn, so
+	// a decision arriving through /v1 can resume it (warm or cold).
+	paused map[string]*wire.Request
 }
 
 type harness struct {
@@ -102,7 +110,7 @@ func New(cfg Config, providers []sandbox.Provider, driver agent.Driver, st store
 	s := &Service{
 		cfg: cfg, providers: map[string]sandbox.Provider{}, harnesses: map[string]harness{},
 		driver: driver, store: st, log: cfg.Logger,
-		inflight: map[*turn]struct{}{}, busy: map[string]*turn{},
+		inflight: map[*turn]struct{}{}, busy: map[string]*turn{}, paused: map[string]*wire.Request{},
 	}
 	s.pool = pool.New(pool.Config{
 		Max: cfg.PoolMax, IdleTTL: cfg.SessionTTL, ApprovalTTL: cfg.ApprovalTTL,

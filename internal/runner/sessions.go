@@ -15,21 +15,21 @@ import (
 
 // SessionView is a session as the /v1 API shows it.
 type SessionView struct {
-	ID              string       `json:"id"`
-	ProjectID       string       `json:"projectId,omitempty"`
-	Harness         string       `json:"harness,omitempty"`
-	Status          string       `json:"status"`
-	Running         bool         `json:"running"`
-	Warm            bool         `json:"warm"`
-	SandboxProvider string       `json:"sandboxProvider,omitempty"`
-	SandboxID       string       `json:"sandboxId,omitempty"`
-	AgentSessionID  string       `json:"agentSessionId,omitempty"`
-	LastTurnIndex   int          `json:"lastTurnIndex"`
-	LastSeq         int64        `json:"lastSeq"`
-	CreatedAt       time.Time    `json:"createdAt"`
-	UpdatedAt       time.Time    `json:"updatedAt"`
-	Turns           []TurnView   `json:"turns,omitempty"`
-	Interactions    []wire.Event `json:"pendingInteractions"`
+	ID              string     `json:"id"`
+	ProjectID       string     `json:"projectId,omitempty"`
+	Harness         string     `json:"harness,omitempty"`
+	Status          string     `json:"status"`
+	Running         bool       `json:"running"`
+	Warm            bool       `json:"warm"`
+	SandboxProvider string     `json:"sandboxProvider,omitempty"`
+	SandboxID       string     `json:"sandboxId,omitempty"`
+	AgentSessionID  string     `json:"agentSessionId,omitempty"`
+	LastTurnIndex   int        `json:"lastTurnIndex"`
+	LastSeq         int64      `json:"lastSeq"`
+	CreatedAt       time.Time  `json:"createdAt"`
+	UpdatedAt       time.Time  `json:"updatedAt"`
+	Turns           []TurnView `json:"turns,omitempty"`
+	Interactions    []gate     `json:"pendingInteractions"`
 }
 
 // TurnView is one ledger row.
@@ -50,7 +50,7 @@ func (s *Service) view(sess store.Session) SessionView {
 	v := SessionView{ID: sess.ID, ProjectID: sess.ProjectID, Harness: sess.Harness, Status: string(sess.Status),
 		SandboxProvider: sess.SandboxProvider, SandboxID: sess.SandboxID, AgentSessionID: sess.AgentSessionID,
 		LastTurnIndex: sess.LastTurnIndex, LastSeq: sess.LastSeq, CreatedAt: sess.CreatedAt, UpdatedAt: sess.UpdatedAt,
-		Interactions: []wire.Event{}}
+		Interactions: []gate{}}
 	key := sess.ProjectID + ":" + sess.ID
 	s.mu.Lock()
 	_, v.Running = s.busy[key]
@@ -86,6 +86,13 @@ func (s *Service) GetSession(ctx context.Context, id string) (SessionView, error
 	turns, err := s.store.ListTurns(ctx, id)
 	if err != nil {
 		return SessionView{}, err
+	}
+	pending, _, err := s.interactions(ctx, id)
+	if err != nil {
+		return SessionView{}, err
+	}
+	if len(pending) > 0 {
+		v.Interactions = pending
 	}
 	for _, t := range turns {
 		tv := TurnView{Index: t.Index, TurnID: t.TurnID, Harness: t.Harness, Status: string(t.Status), StopReason: t.StopReason,
@@ -171,6 +178,9 @@ func (s *Service) DeleteSession(ctx context.Context, id string) error {
 			}
 		}
 	}
+	s.mu.Lock()
+	delete(s.paused, id)
+	s.mu.Unlock()
 	sess.Status = store.SessionDeleted
 	sess.SandboxID, sess.SandboxProvider = "", ""
 	if _, err := s.store.PutSession(ctx, sess); err != nil {

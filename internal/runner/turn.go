@@ -18,6 +18,8 @@ import (
 	"github.com/agentrunner/runner/internal/pool"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/store"
+	"github.com/agentrunner/runner/internal/tools"
+	"github.com/agentrunner/runner/internal/tools/relay"
 	"github.com/agentrunner/runner/internal/wire"
 )
 
@@ -33,6 +35,8 @@ type turn struct {
 	caps   *wire.Capabilities
 	index  int // ledger index, -1 without a session
 	evlog  *eventLog
+	lv     *live      // the harness serving this turn, once acquired
+	tools  *tools.Set // this turn's tools, nil without customTools
 
 	// mu guards the following: events arrive on the harness's reader.
 	mu     sync.Mutex
@@ -104,10 +108,27 @@ type live struct {
 	historyFP string // of the conversation the next turn must continue
 	epoch     string
 	stateKey  string
+	awaiting  bool           // parked waiting for approval
+	binding   *relay.Binding // the tool relay's binding, nil without tools
 
-	// mu guards cur: the turn the session's callbacks serve now.
-	mu  sync.Mutex
-	cur *turn
+	// mu guards the following.
+	mu    sync.Mutex
+	cur   *turn  // the turn the session's callbacks serve now
+	gates []gate // permission requests parked for a person
+}
+
+func (lv *live) addGate(g gate) {
+	lv.mu.Lock()
+	lv.gates = append(lv.gates, g)
+	lv.mu.Unlock()
+}
+
+func (lv *live) takeGates() []gate {
+	lv.mu.Lock()
+	defer lv.mu.Unlock()
+	g := lv.gates
+	lv.gates = nil
+	return g
 }
 
 func (lv *live) turn() *turn {
@@ -136,6 +157,9 @@ func (t *turn) run(ctx context.Context) (out agent.Outcome, err error) {
 	mode := "new"
 	defer func() { t.settle(lv, out, err) }()
 
+	if t.tools, err = t.toolSet(); err != nil {
+		return agent.Outcome{}, err
+	}
 	if t.key != "" && t.svc.cfg.KeepAlive {
 		lv = t.warm()
 		if lv != nil {
@@ -150,19 +174,39 @@ func (t *turn) run(ctx context.Context) (out agent.Outcome, err error) {
 			mode = "load"
 		}
 	}
+	t.lv = lv
 	lv.attach(t)
+	if lv.binding != nil {
+		lv.binding.Use(t.tools)
+	}
 	caps := lv.sess.Info().Capabilities
 	t.caps = &caps
 	t.emit(wire.DataEvent("agent-status", map[string]string{"phase": "environment_ready"}, true))
 
+	if mode == "warm" && lv.awaiting {
+		lv.awaiting = false
+		t.record(wire.DataEvent("agent-session", map[string]string{"mode": "resume", "agentSessionId": lv.sess.ID(), "sandbox": lv.sb.Info().ID}, false), true)
+		out, ok, err := t.resumeWarm(ctx, lv)
+		if ok || err != nil {
+			return out, err
+		}
+		// The tail answered none of the parked requests: treat it as a new
+		// message on the live session.
+	}
 	blocks := p.tail
-	if mode == "new" {
+	if mode == "new" || mode == "load" || p.approvalOnly {
 		history := p.history
 		if len(history) == 0 && len(prior) > 0 {
 			history = prior // the caller sent only its new message; the log knows the rest
 		}
-		if text := replay(history, p.tailText, t.svc.cfg.HistoryMaxChars); text != p.tailText {
+		text := p.tailText
+		if p.approvalOnly {
+			text = approvalFrame(history, p.approvals)
+		}
+		if mode == "load" {
 			blocks = append([]json.RawMessage{textBlock(text)}, nonText(p.tail)...)
+		} else if full := replay(history, text, t.svc.cfg.HistoryMaxChars); full != p.tailText {
+			blocks = append([]json.RawMessage{textBlock(full)}, nonText(p.tail)...)
 			mode = "replay"
 		}
 	}
@@ -219,6 +263,7 @@ func (t *turn) warm() *live {
 		return nil
 	}
 	lv := e.Value.(*live)
+	lv.awaiting = e.Awaiting()
 	reason, why := lv.mismatch(t.plan)
 	if reason == "" {
 		return lv
@@ -232,7 +277,22 @@ func (t *turn) warm() *live {
 }
 
 func (lv *live) mismatch(p *plan) (reason, why string) {
+	if lv.awaiting {
+		// A paused turn resumes on its own configuration; the callback
+		// bearer and the like may have changed (reference 6.5).
+		switch {
+		case lv.harness != p.harness.spec.Name || lv.provider != p.provider:
+			return pool.ReasonRuntimeChanged, "harness or provider changed"
+		case !constantEqual(lv.epoch, credentialEpoch(p.env, p.req)):
+			return pool.ReasonRuntimeChanged, "credentials-rotated"
+		case len(p.approvals) == 0:
+			return pool.ReasonSessionIncompat, "no-parked-gate"
+		}
+		return "", ""
+	}
 	switch {
+	case p.approvalOnly:
+		return pool.ReasonContinuityInvalid, "tail"
 	case lv.harness != p.harness.spec.Name || lv.provider != p.provider:
 		return pool.ReasonRuntimeChanged, "harness or provider changed"
 	case lv.configFP != configFingerprint(p.req, p.provider):
@@ -266,6 +326,7 @@ func (t *turn) cold(ctx context.Context, prior []wire.Message) (*live, error) {
 		Network:   sandbox.Network{Mode: p.network, Allow: p.allow},
 		ReadOnly:  p.req.SandboxPermission != nil && p.req.SandboxPermission.Filesystem == "readonly",
 		StateKey:  lv.stateKey,
+		Binds:     t.svc.toolBinds(),
 		Labels:    map[string]string{"session": p.req.SessionID, "project": projectOf(p.req), "replica": t.svc.cfg.ReplicaID},
 		OnEvent: func(name string, data map[string]any) {
 			if cur := lv.turn(); cur != nil {
@@ -292,11 +353,15 @@ func (t *turn) cold(ctx context.Context, prior []wire.Message) (*live, error) {
 	if lv.stateKey != "" {
 		load = t.svc.loadable(ctx, p.req.SessionID, p.harness.spec.Name)
 	}
+	if t.tools != nil {
+		lv.binding = t.svc.cfg.Tools.Relay.Bind(t.tools, t.log)
+	}
 	start = time.Now()
 	sess, err := t.svc.driver.Open(ctx, sb, agent.Options{
 		Spec:          p.harness.spec,
 		Env:           t.env(info),
 		Cwd:           info.Workdir,
+		MCPServers:    t.mcpServers(lv),
 		LoadSessionID: load,
 		Permission: func(ctx context.Context, req agent.PermissionRequest) agent.Decision {
 			if cur := lv.turn(); cur != nil {
@@ -379,10 +444,21 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 			t.log.Error("record session", logkey.Error, e)
 		}
 	}
+	if t.tools != nil {
+		t.tools.Close()
+	}
+	if status == store.TurnPaused {
+		t.svc.mu.Lock()
+		t.svc.paused[t.plan.req.SessionID] = t.plan.req
+		t.svc.mu.Unlock()
+	}
 	if lv == nil || lv.sess == nil {
 		return
 	}
 	lv.attach(nil)
+	if lv.binding != nil {
+		lv.binding.Use(nil)
+	}
 	if t.key != "" && t.svc.cfg.KeepAlive && err == nil && (status == store.TurnCompleted || status == store.TurnPaused) {
 		lv.historyFP = historyFingerprint(t.plan.req.Messages)
 		t.svc.park(t.key, lv, status == store.TurnPaused)
@@ -432,6 +508,9 @@ func (s *Service) releaseLease(sessionID string) {
 func (lv *live) release(ctx context.Context, s *Service, reason string) {
 	if lv.sess != nil {
 		_ = lv.sess.Close(ctx)
+	}
+	if lv.binding != nil {
+		lv.binding.Close()
 	}
 	info := lv.sb.Info()
 	state := store.SandboxDestroyed

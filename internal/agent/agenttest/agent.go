@@ -243,6 +243,11 @@ func (a *fakeAgent) prompt(params json.RawMessage) (any, error) {
 	return res, nil
 }
 
+func isDirective(prompt string) bool {
+	f := strings.Fields(prompt)
+	return len(f) > 0 && strings.Contains(" "+Directives+" ", " "+f[0]+" ")
+}
+
 type turn struct {
 	a     *fakeAgent
 	s     *session
@@ -252,14 +257,27 @@ type turn struct {
 	tools int
 }
 
+// replayMarkers end the runner's replayed transcripts; the fake agent acts
+// on what follows the last one, as a model would act on the newest request.
+var replayMarkers = []string{"The user now says:\n", "Re-issue it now:\n"}
+
 func (r *turn) run(prompt string) {
-	first := ""
-	if f := strings.Fields(prompt); len(f) > 0 {
-		first = f[0]
+	original := prompt
+	if strings.HasPrefix(prompt, "Conversation so far:") || strings.HasPrefix(prompt, "The user answered") {
+		at, cut := -1, 0
+		for _, m := range replayMarkers {
+			if i := strings.LastIndex(prompt, m); i > at {
+				at, cut = i, i+len(m)
+			}
+		}
+		if at >= 0 && isDirective(prompt[cut:]) {
+			r.say("[replayed] ")
+			prompt = prompt[cut:]
+		}
 	}
-	if !strings.Contains(" "+Directives+" ", " "+first+" ") {
+	if !isDirective(prompt) {
 		r.a.say(r.s.ID, "echo: ")
-		r.a.say(r.s.ID, prompt)
+		r.a.say(r.s.ID, original)
 		return
 	}
 	sc := bufio.NewScanner(strings.NewReader(prompt))
