@@ -49,6 +49,9 @@ type Config struct {
 	PoolClock pool.Clock
 	// Tools serves customTools; its zero value refuses them.
 	Tools ToolsConfig
+	// Configure, if set, generates each harness's own configuration from
+	// the request (installed command, config files, env, mode).
+	Configure Configurer
 	// DenyAllPermissions is the incident kill switch: every permission
 	// request and tool call is denied.
 	DenyAllPermissions bool

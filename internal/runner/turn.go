@@ -349,6 +349,18 @@ func (t *turn) cold(ctx context.Context, prior []wire.Message) (*live, error) {
 	if err := t.writeFiles(ctx, sb); err != nil {
 		return fail(err)
 	}
+	hc, err := t.configure(ctx, sb)
+	if err != nil {
+		return fail(err)
+	}
+	spec := p.harness.spec
+	if len(hc.Command) > 0 {
+		spec.Command = hc.Command
+	}
+	env := t.env(info)
+	for _, k := range sortedKeys(hc.Env) {
+		env = append(env, k+"="+hc.Env[k])
+	}
 	load := ""
 	if lv.stateKey != "" {
 		load = t.svc.loadable(ctx, p.req.SessionID, p.harness.spec.Name)
@@ -358,8 +370,9 @@ func (t *turn) cold(ctx context.Context, prior []wire.Message) (*live, error) {
 	}
 	start = time.Now()
 	sess, err := t.svc.driver.Open(ctx, sb, agent.Options{
-		Spec:          p.harness.spec,
-		Env:           t.env(info),
+		Spec:          spec,
+		Env:           env,
+		Mode:          hc.Mode,
 		Cwd:           info.Workdir,
 		MCPServers:    t.mcpServers(lv),
 		LoadSessionID: load,
@@ -581,6 +594,15 @@ func (s *Service) conversation(ctx context.Context, sessionID string, upTo int64
 		out = append(out, wire.Message{Role: e.Event.Role, Content: wire.MessageContent{Text: e.Event.Text, IsText: true}})
 	}
 	return out, nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 func constantEqual(a, b string) bool {

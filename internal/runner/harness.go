@@ -1,0 +1,80 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"sort"
+
+	"github.com/agentrunner/runner/internal/sandbox"
+	"github.com/agentrunner/runner/internal/wire"
+)
+
+// HarnessSetup is what a harness configurer is given for one session.
+type HarnessSetup struct {
+	Harness string
+	Request *wire.Request
+	// Env is the materialised model connection (already validated).
+	Env map[string]string
+	// Home is the session's private $HOME inside the sandbox.
+	Home string
+	// Root reports whether the harness runs as root inside the sandbox.
+	Root bool
+}
+
+// HarnessConfig is a harness's own configuration for one session,
+// generated from the model connection (issue: real harnesses).
+type HarnessConfig struct {
+	// Command, if set, replaces the launch table's command (an installed
+	// harness resolved to absolute paths).
+	Command []string
+	// Files are written under Home before the harness starts: path
+	// relative to Home → content.
+	Files map[string]HarnessFile
+	// Env is added to the harness environment.
+	Env map[string]string
+	// Mode, if set, is applied with session/set_mode (Claude's permission
+	// mode, Codex's harnessMode).
+	Mode string
+}
+
+// HarnessFile is one configuration file.
+type HarnessFile struct {
+	Content []byte
+	Mode    uint32
+}
+
+// Configurer turns a request into a harness's own configuration. It
+// returns a zero HarnessConfig for harnesses it does not know.
+type Configurer func(ctx context.Context, s HarnessSetup) (HarnessConfig, error)
+
+// configure runs the configurer and writes its files into the sandbox.
+func (t *turn) configure(ctx context.Context, sb sandbox.Sandbox) (HarnessConfig, error) {
+	if t.svc.cfg.Configure == nil {
+		return HarnessConfig{}, nil
+	}
+	info := sb.Info()
+	hc, err := t.svc.cfg.Configure(ctx, HarnessSetup{Harness: t.plan.harness.spec.Name, Request: t.plan.req, Env: t.plan.env, Home: info.Home})
+	if err != nil {
+		return HarnessConfig{}, fmt.Errorf("configure harness %s: %w", t.plan.harness.spec.Name, err)
+	}
+	names := make([]string, 0, len(hc.Files))
+	for n := range hc.Files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if err := checkRelPath(n); err != nil {
+			return HarnessConfig{}, fmt.Errorf("configure harness %s: file %w", t.plan.harness.spec.Name, err)
+		}
+		f := hc.Files[n]
+		mode := f.Mode
+		if mode == 0 {
+			mode = 0o600
+		}
+		if err := sb.WriteFile(ctx, path.Join(info.Home, n), f.Content, mode); err != nil {
+			return HarnessConfig{}, fmt.Errorf("write harness config %s: %w", n, err)
+		}
+	}
+	return hc, nil
+}
