@@ -247,6 +247,9 @@ func (s *Session) permission(ctx context.Context, params json.RawMessage) (any, 
 	d := s.perm(ctx, req)
 	if !d.Park {
 		s.forget(req.ID)
+		if !d.Allow {
+			s.closeTool(req.ToolCallID)
+		}
 		return answer(p.Options, d), nil
 	}
 	s.mu.Lock()
@@ -264,9 +267,28 @@ func (s *Session) permission(ctx context.Context, params json.RawMessage) (any, 
 		if !ok {
 			return permissionResult{Outcome: permissionOutcome{Outcome: "cancelled"}}, nil
 		}
+		if !d.Allow {
+			s.closeTool(req.ToolCallID)
+		}
 		return answer(p.Options, d), nil
 	case <-ctx.Done():
 		return permissionResult{Outcome: permissionOutcome{Outcome: "cancelled"}}, nil
+	}
+}
+
+// closeTool marks a denied call as finished: the runner already reported
+// it (a denied tool_result), so the harness's own failure update for it
+// must not produce a second result.
+func (s *Session) closeTool(toolCallID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mapper != nil && toolCallID != "" {
+		st, ok := s.mapper.tools[toolCallID]
+		if !ok {
+			st = &toolState{}
+			s.mapper.tools[toolCallID] = st
+		}
+		st.finished = true
 	}
 }
 

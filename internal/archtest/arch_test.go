@@ -1,0 +1,95 @@
+package archtest
+
+import (
+	"bytes"
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/agentrunner/runner"
+
+type pkg struct {
+	ImportPath string
+	Doc        string
+	Imports    []string
+	Name       string
+}
+
+func list(t *testing.T) []pkg {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-json", module+"/...")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("go list: %v\n%s", err, errb.String())
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(&out)
+	for dec.More() {
+		var p pkg
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
+// implementations are packages that implement a family interface; only
+// cmd/runner (and tests) may import them.
+var implementations = []string{
+	"internal/sandbox/local", "internal/sandbox/daytona",
+	"internal/store/sqlite", "internal/store/postgres",
+	"internal/agent/acp",
+}
+
+func rel(path string) string { return strings.TrimPrefix(path, module+"/") }
+
+func TestImportArrows(t *testing.T) {
+	for _, p := range list(t) {
+		from := rel(p.ImportPath)
+		for _, imp := range p.Imports {
+			to := rel(imp)
+			if !strings.HasPrefix(imp, module) {
+				continue
+			}
+			// Implementations never import a sibling of their family.
+			if fam, ok := family(from); ok {
+				if fam2, ok2 := family(to); ok2 && fam == fam2 && from != to && isImpl(to) && isImpl(from) {
+					t.Errorf("%s imports its sibling %s", from, to)
+				}
+			}
+			// Only the wiring imports implementations.
+			if isImpl(to) && !strings.HasPrefix(from, "cmd/") && !strings.HasSuffix(from, "test") && !strings.HasPrefix(from, to) {
+				t.Errorf("%s imports the implementation %s; depend on its family interface and let cmd/runner wire it", from, to)
+			}
+		}
+	}
+}
+
+func TestEveryPackageHasADoc(t *testing.T) {
+	for _, p := range list(t) {
+		if strings.TrimSpace(p.Doc) == "" {
+			t.Errorf("%s has no package doc comment", p.ImportPath)
+		}
+	}
+}
+
+func isImpl(path string) bool {
+	for _, i := range implementations {
+		if path == i || strings.HasPrefix(path, i+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func family(path string) (string, bool) {
+	parts := strings.Split(path, "/")
+	if len(parts) >= 3 && parts[0] == "internal" {
+		return parts[1], true
+	}
+	return "", false
+}
