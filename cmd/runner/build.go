@@ -176,6 +176,7 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 		SessionTTL:      cfg.SessionTTL,
 		ApprovalTTL:     cfg.ApprovalTTL,
 		Tools:           tc,
+		Configure:       harnessConfigurer(cfg, environ),
 		Logger:          log,
 	}, providers, &acp.Driver{ClientVersion: version}, st)
 }

@@ -19,6 +19,8 @@ Usage:
   runner serve                 run the HTTP service (needs AGENTA_RUNNER_TOKEN)
   runner run [flags]           run one turn; request JSON on stdin or flags
   runner health [flags]        query a running service's /health
+  runner harness install <name>…  install built-in harnesses (npm, pinned) into AGENTA_RUNNER_HARNESS_DIR
+  runner harness list          show installed harnesses, versions and commands
   runner mcp-stdio             (inside a sandbox) the harness's stdio MCP server for runner tools
   runner version               print the version
 
@@ -37,6 +39,8 @@ func run(ctx context.Context, args []string, environ []string, stdin io.Reader, 
 		return runTurn(ctx, args[1:], environ, stdin, stdout, stderr)
 	case "health":
 		return health(ctx, args[1:], environ, stdout, stderr)
+	case "harness":
+		return harnessCmd(ctx, args[1:], environ, stdout, stderr)
 	case "mcp-stdio":
 		// Started by a harness inside a sandbox: relays MCP to the runner.
 		return relay.MCPStdio(ctx, args[1:], envLookup(environ), stdin, stdout, stderr)

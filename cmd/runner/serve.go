@@ -70,7 +70,7 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 		MaxBodyBytes:     cfg.MaxBodyBytes,
 		PingInterval:     cfg.PingInterval,
 		Health: func() map[string]any {
-			return map[string]any{"harnesses": svc.Harnesses(), "providers": svc.Providers(), "inFlight": svc.InFlight(), "warm": svc.Warm()}
+			return map[string]any{"harnesses": svc.Harnesses(), "harnessesInstalled": harnessStatus(cfg), "providers": svc.Providers(), "inFlight": svc.InFlight(), "warm": svc.Warm()}
 		},
 		SubscriptionStatus: func() map[string]any { return subscriptionStatus(cfg, environ) },
 		Logger:             log,

@@ -72,5 +72,9 @@ func subscriptionStatus(cfg config.Config, environ []string) map[string]any {
 			out[name] = map[string]any{"state": "unsupported"}
 		}
 	}
+	// Whether the harness can start at all, next to its login state.
+	for name, st := range harnessStatus(cfg) {
+		out[name].(map[string]any)["installed"] = st.(map[string]any)["installed"]
+	}
 	return out
 }

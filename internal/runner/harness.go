@@ -6,6 +6,7 @@ import (
 	"path"
 	"sort"
 
+	"github.com/agentrunner/runner/internal/agent"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/wire"
 )
@@ -36,6 +37,43 @@ type HarnessConfig struct {
 	// Mode, if set, is applied with session/set_mode (Claude's permission
 	// mode, Codex's harnessMode).
 	Mode string
+	// Diagnose, if set, runs after each turn of the session that the
+	// harness ended without an error; an error it returns fails the turn.
+	// It is for harnesses that swallow failures (pi-acp ends a failed
+	// model call with end_turn and no text; only its session file says
+	// why).
+	Diagnose func(ctx context.Context, in DiagnoseInput) error
+}
+
+// DiagnoseInput is a finished turn, as Diagnose sees it.
+type DiagnoseInput struct {
+	// Sandbox is where the harness runs; Home is its session's $HOME there.
+	Sandbox sandbox.Sandbox
+	Home    string
+	// AgentSessionID is the harness's own session id.
+	AgentSessionID string
+	StopReason     string
+	// Output is the turn's agent text; ToolCalls counts its tool_call events.
+	Output    string
+	ToolCalls int
+}
+
+// diagnose runs the session's Diagnose, if any, on a turn that ended
+// without an error.
+func (t *turn) diagnose(ctx context.Context, lv *live, out agent.Outcome) error {
+	if lv.diagnose == nil || out.StopReason != agent.StopEndTurn {
+		return nil
+	}
+	calls := 0
+	for _, ev := range t.eventList() {
+		if ev.Type == wire.EventToolCall {
+			calls++
+		}
+	}
+	return lv.diagnose(ctx, DiagnoseInput{
+		Sandbox: lv.sb, Home: lv.sb.Info().Home, AgentSessionID: lv.sess.ID(),
+		StopReason: out.StopReason, Output: t.outputText(), ToolCalls: calls,
+	})
 }
 
 // HarnessFile is one configuration file.

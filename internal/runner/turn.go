@@ -110,6 +110,7 @@ type live struct {
 	stateKey  string
 	awaiting  bool           // parked waiting for approval
 	binding   *relay.Binding // the tool relay's binding, nil without tools
+	diagnose  func(context.Context, DiagnoseInput) error
 
 	// mu guards the following.
 	mu    sync.Mutex
@@ -211,7 +212,10 @@ func (t *turn) run(ctx context.Context) (out agent.Outcome, err error) {
 		}
 	}
 	t.record(wire.DataEvent("agent-session", map[string]string{"mode": mode, "agentSessionId": lv.sess.ID(), "sandbox": lv.sb.Info().ID}, false), true)
-	return lv.sess.Prompt(ctx, blocks, t.emit)
+	if out, err = lv.sess.Prompt(ctx, blocks, t.emit); err == nil {
+		err = t.diagnose(ctx, lv, out)
+	}
+	return out, err
 }
 
 // begin records the turn in the ledger and opens its event log. It returns
@@ -353,6 +357,7 @@ func (t *turn) cold(ctx context.Context, prior []wire.Message) (*live, error) {
 	if err != nil {
 		return fail(err)
 	}
+	lv.diagnose = hc.Diagnose
 	spec := p.harness.spec
 	if len(hc.Command) > 0 {
 		spec.Command = hc.Command
