@@ -75,8 +75,9 @@ func harnessConfigurer(cfg config.Config, environ []string) runner.Configurer {
 			// needed; Mode re-applies it if the adapter ignores the variable.
 			out.Env["INITIAL_AGENT_MODE"] = mode
 			out.Mode = mode
+			out.Diagnose = codexDiagnose
 		case "pi_core", "pi_agenta":
-			out.Diagnose = piDiagnose
+			out.Diagnose = piDiagnose(s.Harness)
 		}
 		return out, nil
 	}
@@ -297,15 +298,53 @@ func providerKey(provider string) string {
 // piDiagnose fails a Pi turn that ended with no text and no tool call
 // when Pi's own session file says the model call failed: pi-acp 0.0.24
 // ends such a turn with end_turn and drops the error.
-func piDiagnose(ctx context.Context, in runner.DiagnoseInput) error {
-	if in.Output != "" || in.ToolCalls > 0 || in.AgentSessionID == "" {
+func piDiagnose(name string) func(context.Context, runner.DiagnoseInput) error {
+	return func(ctx context.Context, in runner.DiagnoseInput) error {
+		if in.Output != "" || in.ToolCalls > 0 || in.AgentSessionID == "" {
+			return nil
+		}
+		msg, err := piLastError(ctx, in.Sandbox, in.Home, in.AgentSessionID)
+		if err != nil || msg == "" {
+			return nil // nothing to add: the turn stands as the harness ended it
+		}
+		return fmt.Errorf("harness %s: %s", name, msg)
+	}
+}
+
+// codexDiagnose fails a Codex turn whose thread ended in a system error:
+// codex-acp 2.6 (to a client without JetBrains' typed session failures)
+// streams the provider's error body as agent text and ends the turn with
+// end_turn; the only other sign is a session_info_update whose
+// _meta.codex.threadStatus is systemError. The error is the text.
+func codexDiagnose(_ context.Context, in runner.DiagnoseInput) error {
+	status := ""
+	for _, ev := range in.Events {
+		if ev.Type != wire.EventData || ev.Name != "acp.session_info_update" {
+			continue
+		}
+		var u struct {
+			Meta struct {
+				Codex struct {
+					ThreadStatus *struct {
+						Type string `json:"type"`
+					} `json:"threadStatus"`
+				} `json:"codex"`
+			} `json:"_meta"`
+		}
+		b, err := json.Marshal(ev.Data)
+		if err != nil || json.Unmarshal(b, &u) != nil || u.Meta.Codex.ThreadStatus == nil {
+			continue
+		}
+		status = u.Meta.Codex.ThreadStatus.Type
+	}
+	if status != "systemError" {
 		return nil
 	}
-	msg, err := piLastError(ctx, in.Sandbox, in.Home, in.AgentSessionID)
-	if err != nil || msg == "" {
-		return nil // nothing to add: the turn stands as the harness ended it
+	msg := strings.TrimSpace(in.Output)
+	if msg == "" {
+		msg = "the turn failed (thread status systemError) without a message"
 	}
-	return fmt.Errorf("pi: %s", msg)
+	return fmt.Errorf("harness codex: %s", msg)
 }
 
 // piSessionTail is how much of the end of Pi's session file is read: the

@@ -87,7 +87,12 @@ var realCases = map[string]realCase{
 	},
 }
 
-func init() { realCases["pi_agenta"] = realCases["pi_core"] }
+func init() {
+	realCases["pi_agenta"] = realCases["pi_core"]
+	oc := realCases["pi_core"]
+	oc.model, oc.load = "fake-model", "load"
+	realCases["opencode"] = oc
+}
 
 // realScript is the fake model's script: "fail" in the prompt is a 400,
 // the rest is modeltest.Default on the newest user text (of a replayed
@@ -207,7 +212,7 @@ func testRealHarness(t *testing.T, ctx context.Context, dir, name string, c real
 
 	// 5. A model error reaches the caller with the harness's message.
 	tr = rs.stream(t, ctx, req("s3", "allow", user("now fail please")))
-	t.Logf("failing turn: ok %v error %q", tr.res.OK, tr.res.Error)
+	t.Logf("failing turn: ok %v error %q output %q", tr.res.OK, tr.res.Error, tr.res.Output)
 	if tr.res.OK || !strings.Contains(tr.res.Error, "fake model error: bad request") {
 		t.Errorf("failing turn: ok %v error %q, want ok:false with the model's message", tr.res.OK, tr.res.Error)
 	}

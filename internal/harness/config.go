@@ -356,18 +356,30 @@ var opencodeSDK = map[API][2]string{
 	Gemini:          {"@ai-sdk/google", "/v1beta"},
 }
 
+// opencodeBuiltin are provider ids opencode treats specially.
+var opencodeBuiltin = map[string]bool{
+	"openai": true, "anthropic": true, "google": true, "google-vertex": true, "azure": true,
+	"amazon-bedrock": true, "openrouter": true, "github-copilot": true, "opencode": true, "vercel": true,
+}
+
 // opencode: $HOME/.config/opencode/opencode.json with one provider and
 // the key as an {env:…} reference; the environment turns off update
 // checks, the models.dev fetch (opencode then knows only the configured
 // model), LSP downloads and sharing.
 func opencode(mc ModelConn, dirs Dirs) Config {
 	sdk := opencodeSDK[mc.API]
+	id := mc.provider()
+	if opencodeBuiltin[id] {
+		// opencode gives its own providers custom loaders (openai is
+		// called through .responses()), which break a configured SDK.
+		id = "runner-" + id
+	}
 	cfg := map[string]any{
 		"$schema":    "https://opencode.ai/config.json",
 		"autoupdate": false,
 		"share":      "disabled",
-		"model":      mc.provider() + "/" + mc.Model,
-		"provider": map[string]any{mc.provider(): map[string]any{
+		"model":      id + "/" + mc.Model,
+		"provider": map[string]any{id: map[string]any{
 			"npm":  sdk[0],
 			"name": mc.provider(),
 			"options": map[string]any{

@@ -1,6 +1,7 @@
 package harness_test
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -349,5 +350,24 @@ func TestConfigWriteAndEnviron(t *testing.T) {
 		"PI_OFFLINE=1", "PI_SKIP_VERSION_CHECK=1", "PI_TELEMETRY=0"}
 	if diff := cmp.Diff(want, env); diff != "" {
 		t.Errorf("Environ (-want +got):\n%s", diff)
+	}
+}
+
+// opencode's own provider ids get custom loaders (openai goes through
+// .responses()), so a connection named like one is renamed.
+func TestConfigureOpencodeBuiltinProviderID(t *testing.T) {
+	got, err := harness.Configure("opencode", harness.ModelConn{Provider: "openai", API: harness.OpenAIChat, BaseURL: "http://127.0.0.1:1/v1", Key: "k", Model: "m"}, harness.Dirs{Home: "/h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Model    string                    `json:"model"`
+		Provider map[string]map[string]any `json:"provider"`
+	}
+	if err := json.Unmarshal([]byte(got.Files[0].Content), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := cfg.Provider["runner-openai"]; !ok || cfg.Model != "runner-openai/m" {
+		t.Errorf("model %q, providers %v; want runner-openai", cfg.Model, cfg.Provider)
 	}
 }

@@ -53,9 +53,11 @@ type DiagnoseInput struct {
 	// AgentSessionID is the harness's own session id.
 	AgentSessionID string
 	StopReason     string
-	// Output is the turn's agent text; ToolCalls counts its tool_call events.
+	// Output is the turn's agent text; ToolCalls counts its tool_call
+	// events; Events are all of the turn's events so far.
 	Output    string
 	ToolCalls int
+	Events    []wire.Event
 }
 
 // diagnose runs the session's Diagnose, if any, on a turn that ended
@@ -64,15 +66,16 @@ func (t *turn) diagnose(ctx context.Context, lv *live, out agent.Outcome) error 
 	if lv.diagnose == nil || out.StopReason != agent.StopEndTurn {
 		return nil
 	}
+	evs := t.eventList()
 	calls := 0
-	for _, ev := range t.eventList() {
+	for _, ev := range evs {
 		if ev.Type == wire.EventToolCall {
 			calls++
 		}
 	}
 	return lv.diagnose(ctx, DiagnoseInput{
 		Sandbox: lv.sb, Home: lv.sb.Info().Home, AgentSessionID: lv.sess.ID(),
-		StopReason: out.StopReason, Output: t.outputText(), ToolCalls: calls,
+		StopReason: out.StopReason, Output: t.outputText(), ToolCalls: calls, Events: evs,
 	})
 }
 
