@@ -60,8 +60,8 @@ func TestModelConn(t *testing.T) {
 		},
 		{
 			name: "gemini, runtime-provided key from the runner's environment", harness: "gemini",
-			req:  wire.Request{Model: "gemini-2.5-flash", ModelConnection: &wire.ModelConnection{Provider: "anthropic", Deployment: "direct", CredentialMode: "runtime_provided"}},
-			env:  map[string]string{},
+			req: wire.Request{Model: "gemini-2.5-flash", ModelConnection: &wire.ModelConnection{Provider: "anthropic", Deployment: "direct", CredentialMode: "runtime_provided"}},
+			env: map[string]string{},
 		},
 		{
 			name: "claude, runtime-provided key", harness: "claude",
