@@ -177,6 +177,7 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 		ApprovalTTL:     cfg.ApprovalTTL,
 		Tools:           tc,
 		Configure:       harnessConfigurer(cfg, environ),
+		Binds:           harnessBinds(cfg, log),
 		Logger:          log,
 	}, providers, &acp.Driver{ClientVersion: version}, st)
 }

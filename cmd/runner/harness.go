@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/url"
 	"os"
 	"path"
@@ -19,6 +20,7 @@ import (
 	"github.com/agentrunner/runner/internal/config"
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/harness"
+	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/wire"
@@ -387,6 +389,17 @@ func piLastError(ctx context.Context, sb sandbox.Sandbox, home, sessionID string
 		}
 	}
 	return last, nil
+}
+
+// harnessBinds makes the harness dir visible, read-only, in every
+// sandbox: by default it lies in the data dir, which bubblewrap hides. A
+// bind must exist when a sandbox is created, so the dir is made here.
+func harnessBinds(cfg config.Config, log *slog.Logger) []sandbox.Bind {
+	if err := os.MkdirAll(cfg.HarnessDir, 0o755); err != nil {
+		log.Warn("harness dir unavailable; installed harnesses cannot run in isolated sandboxes", logkey.Error, err)
+		return nil
+	}
+	return []sandbox.Bind{{Path: cfg.HarnessDir}}
 }
 
 // harnessCmd is `runner harness install <name>…` and `runner harness list`.

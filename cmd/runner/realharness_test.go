@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -398,4 +399,61 @@ func findFiles(t *testing.T, root, name string) []string {
 		return nil
 	})
 	return out
+}
+
+// TestRealHarnessesIsolated runs a tool turn of each real harness inside
+// the bubblewrap sandbox (AGENTA_RUNNER_LOCAL_ISOLATION=bwrap), then a
+// text turn under a network allowlist that admits only the fake model.
+// The harness dir is the default one, in the data dir that bubblewrap
+// hides (here symlinks to the installed harnesses).
+func TestRealHarnessesIsolated(t *testing.T) {
+	dir, names := realHarnesses(t)
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Skip("bubblewrap is not installed: apt-get install bubblewrap")
+	}
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			c, ok := realCases[name]
+			if !ok {
+				t.Fatalf("no test case for harness %q", name)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+			defer cancel()
+			srv := modeltest.New(t, modeltest.WithScript(realScript))
+			data := t.TempDir()
+			hdir := filepath.Join(data, "harnesses")
+			ents, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range ents {
+				if err := os.MkdirAll(hdir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Symlink(filepath.Join(dir, e.Name()), filepath.Join(hdir, e.Name())); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rs := startRealServe(t, ctx, hdir, data, "AGENTA_RUNNER_LOCAL_ISOLATION=bwrap")
+			body := map[string]any{"harness": name, "sessionId": "iso", "model": c.model, "modelConnection": c.conn(srv),
+				"permissions": map[string]any{"default": "allow"}, "messages": []any{map[string]any{"role": "user", "content": "use the tool now"}}}
+			if c.harnessMod != "" {
+				body["harnessMode"] = c.harnessMod
+			}
+			tr := rs.stream(t, ctx, body)
+			tr.wantOK(t, "DONE tool ran")
+			if got := findFiles(t, data, "out.txt"); len(got) != 1 {
+				t.Errorf("out.txt in the data dir: %v, want one in the session's workspace", got)
+			}
+
+			body["sessionId"] = "iso-allowlist"
+			body["messages"] = []any{map[string]any{"role": "user", "content": "say hello"}}
+			body["sandboxPermission"] = map[string]any{"network": map[string]any{"mode": "allowlist", "allowlist": []string{srv.Addr}}}
+			tr = rs.stream(t, ctx, body)
+			if !tr.res.OK && strings.Contains(tr.res.Error, "proxy bridge") {
+				t.Skipf("network allowlist: %s", tr.res.Error)
+			}
+			tr.wantOK(t, "PONG say hello")
+		})
+	}
 }

@@ -52,6 +52,10 @@ type Config struct {
 	// Configure, if set, generates each harness's own configuration from
 	// the request (installed command, config files, env, mode).
 	Configure Configurer
+	// Binds are host paths every sandbox sees at the same path: the
+	// installed harnesses, which may lie in the data dir that isolated
+	// sandboxes otherwise do not see.
+	Binds []sandbox.Bind
 	// DenyAllPermissions is the incident kill switch: every permission
 	// request and tool call is denied.
 	DenyAllPermissions bool

@@ -330,7 +330,7 @@ func (t *turn) cold(ctx context.Context, prior []wire.Message) (*live, error) {
 		Network:   sandbox.Network{Mode: p.network, Allow: p.allow},
 		ReadOnly:  p.req.SandboxPermission != nil && p.req.SandboxPermission.Filesystem == "readonly",
 		StateKey:  lv.stateKey,
-		Binds:     t.svc.toolBinds(),
+		Binds:     append(t.svc.toolBinds(), t.svc.cfg.Binds...),
 		Labels:    map[string]string{"session": p.req.SessionID, "project": projectOf(p.req), "replica": t.svc.cfg.ReplicaID},
 		OnEvent: func(name string, data map[string]any) {
 			if cur := lv.turn(); cur != nil {
