@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -230,9 +231,9 @@ type runningServe struct {
 	stderr *syncBuffer
 }
 
-func startRealServe(t *testing.T, ctx context.Context, harnessDir, data string, extra ...string) *runningServe {
+func startRealServe(t testing.TB, ctx context.Context, harnessDir, data string, extra ...string) *runningServe {
 	t.Helper()
-	port := freePort(t)
+	port := listenPort(t)
 	env := append([]string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + t.TempDir(),
@@ -247,12 +248,46 @@ func startRealServe(t *testing.T, ctx context.Context, harnessDir, data string, 
 	rs := &runningServe{base: "http://127.0.0.1:" + strconv.Itoa(port), cancel: cancel, done: make(chan int, 1), stderr: &syncBuffer{}}
 	go func() { rs.done <- run(sctx, []string{"serve"}, env, nil, io.Discard, rs.stderr) }()
 	t.Cleanup(func() { rs.stop(t) })
-	waitHealthy(t, rs.base)
+	waitReady(t, ctx, rs)
 	return rs
 }
 
+func listenPort(tb testing.TB) int {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// waitReady polls /health until the runner answers, it exits, or ctx ends.
+func waitReady(tb testing.TB, ctx context.Context, rs *runningServe) {
+	tb.Helper()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, rs.base+"/health", nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case code := <-rs.done:
+			rs.cancel = nil
+			tb.Fatalf("runner serve exited %d before it was ready:\n%s", code, rs.stderr.String())
+		case <-ctx.Done():
+			tb.Fatalf("runner serve not ready: %v\n%s", ctx.Err(), rs.stderr.String())
+		case <-tick.C:
+		}
+	}
+}
+
 // stop shuts the runner down as SIGTERM does and waits for it.
-func (rs *runningServe) stop(t *testing.T) {
+func (rs *runningServe) stop(t testing.TB) {
 	t.Helper()
 	if rs.cancel == nil {
 		return
@@ -275,7 +310,7 @@ type turnRecords struct {
 	res    wire.Result
 }
 
-func (rs *runningServe) stream(t *testing.T, ctx context.Context, body map[string]any) turnRecords {
+func (rs *runningServe) stream(t testing.TB, ctx context.Context, body map[string]any) turnRecords {
 	t.Helper()
 	b, _ := json.Marshal(body)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, rs.base+"/stream", strings.NewReader(string(b)))
@@ -306,7 +341,7 @@ func (rs *runningServe) stream(t *testing.T, ctx context.Context, body map[strin
 	return tr
 }
 
-func (tr turnRecords) wantOK(t *testing.T, output string) {
+func (tr turnRecords) wantOK(t testing.TB, output string) {
 	t.Helper()
 	if !tr.res.OK || !strings.Contains(tr.res.Output, output) {
 		t.Fatalf("turn: ok %v output %q error %q, want ok and %q; events %v", tr.res.OK, tr.res.Output, tr.res.Error, output, tr.types())
