@@ -2,10 +2,15 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/harness"
@@ -59,7 +64,7 @@ func TestModelConn(t *testing.T) {
 			want: harness.ModelConn{Provider: "vllm", API: harness.OpenAIResponses, BaseURL: "http://10.0.0.5:8000/v1", Key: placeholderKey, Model: "m"},
 		},
 		{
-			name: "gemini, runtime-provided key from the runner's environment", harness: "gemini",
+			name: "gemini refuses an anthropic connection", harness: "gemini",
 			req: wire.Request{Model: "gemini-2.5-flash", ModelConnection: &wire.ModelConnection{Provider: "anthropic", Deployment: "direct", CredentialMode: "runtime_provided"}},
 			env: map[string]string{},
 		},
@@ -194,5 +199,62 @@ func TestHarnessListAndHealth(t *testing.T) {
 	}
 	if code := run(t.Context(), []string{"harness", "install", "nosuch"}, env, nil, &out, &errb); code != 1 || !strings.Contains(errb.String(), `unknown harness "nosuch"`) {
 		t.Errorf("install nosuch: %d %s", code, errb.String())
+	}
+}
+
+// TestServeRefusesUnconfigurableHarness: over HTTP, a built-in harness
+// that is not installed is a 503 naming the install command, and an
+// installed one without a modelConnection is a 400; neither hangs.
+func TestServeRefusesUnconfigurableHarness(t *testing.T) {
+	hdir := t.TempDir()
+	// A stand-in install of gemini: the package at its pinned version
+	// with its bin script. It never starts: configuration fails first.
+	pkg := filepath.Join(hdir, "gemini", "node_modules", "@google", "gemini-cli")
+	if err := os.MkdirAll(filepath.Join(pkg, "bundle"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(pkg, "package.json"), []byte(`{"version":"0.61.0","bin":{"gemini":"bundle/gemini.js"}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(pkg, "bundle", "gemini.js"), []byte("process.exit(1)\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	rs := startRealServe(t, ctx, hdir, t.TempDir())
+	post := func(body string) (int, wire.Result) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, rs.base+"/run", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var res wire.Result
+		_ = json.NewDecoder(resp.Body).Decode(&res)
+		return resp.StatusCode, res
+	}
+	code, res := post(`{"harness":"claude","messages":[{"role":"user","content":"hi"}]}`)
+	if code != http.StatusServiceUnavailable || res.OK || !strings.Contains(res.Error, "run `runner harness install claude`") {
+		t.Errorf("claude not installed: %d %+v", code, res)
+	}
+	code, res = post(`{"harness":"gemini","model":"gemini-2.5-flash","messages":[{"role":"user","content":"hi"}]}`)
+	if code != http.StatusBadRequest || res.OK || !strings.Contains(res.Error, "modelConnection: harness gemini needs one") {
+		t.Errorf("gemini without modelConnection: %d %+v", code, res)
+	}
+	var health map[string]any
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, rs.base+"/health", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	_ = json.NewDecoder(resp.Body).Decode(&health)
+	inst, _ := health["harnessesInstalled"].(map[string]any)
+	if g, _ := inst["gemini"].(map[string]any); g["installed"] != true || g["version"] != "0.61.0" {
+		t.Errorf("/health harnessesInstalled.gemini = %v", inst["gemini"])
+	}
+	if c, _ := inst["claude"].(map[string]any); c["installed"] != false {
+		t.Errorf("/health harnessesInstalled.claude = %v", inst["claude"])
 	}
 }
