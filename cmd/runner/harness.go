@@ -90,20 +90,15 @@ func harnessConfigurer(cfg config.Config, environ []string) runner.Configurer {
 // appends a billing note to the text; "default" asks over ACP for every
 // tool that is not a read, so the runner's own gate decides. "allow" with
 // no rules needs no gate: bypassPermissions skips the round trips (as
-// root only with IS_SANDBOX=1, which Configure sets). "deny" with no rules
-// is dontAsk: Claude refuses every tool that was not pre-approved without
-// asking at all.
+// root only with IS_SANDBOX=1, which Configure sets). "deny" stays in
+// "default", where every such tool asks and the gate refuses it: the
+// adapter's dontAsk mode, which would refuse without asking, made
+// claude-agent-acp 0.101.0 exit when set (seen in the end-to-end test).
 func claudeMode(p *wire.Permissions) string {
-	if p == nil || len(p.Rules) > 0 {
-		return "default"
-	}
-	switch p.Default {
-	case "allow":
+	if p != nil && len(p.Rules) == 0 && p.Default == "allow" {
 		return "bypassPermissions"
-	case "deny":
-		return "dontAsk"
 	}
-	return "default" // ask, allow_reads, unset
+	return "default" // ask, allow_reads, deny, unset, or rules to apply
 }
 
 // modelConn maps a request's modelConnection and model onto a harness

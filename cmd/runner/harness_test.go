@@ -131,7 +131,7 @@ func TestClaudeMode(t *testing.T) {
 		{&wire.Permissions{Default: "ask"}, "default"},
 		{&wire.Permissions{Default: "allow_reads"}, "default"},
 		{&wire.Permissions{Default: "allow"}, "bypassPermissions"},
-		{&wire.Permissions{Default: "deny"}, "dontAsk"},
+		{&wire.Permissions{Default: "deny"}, "default"},
 		// With rules, every call must reach the runner's gate.
 		{&wire.Permissions{Default: "allow", Rules: []wire.PermissionRule{{Pattern: "Bash", Permission: "ask"}}}, "default"},
 	}

@@ -212,7 +212,20 @@ func testRealHarness(t *testing.T, ctx context.Context, dir, name string, c real
 		}
 	}
 
-	// 5. A model error reaches the caller with the harness's message.
+	// 5. deny: the shell never runs (the harness asks, the runner
+	// refuses). Pi has no permission system.
+	if c.asks {
+		before := len(findFiles(t, data, "out.txt"))
+		tr = rs.stream(t, ctx, req("s4", "deny", user("use the tool now")))
+		if !tr.res.OK {
+			t.Errorf("denied turn: ok false, error %q", tr.res.Error)
+		}
+		if got := findFiles(t, data, "out.txt"); len(got) != before {
+			t.Errorf("denied turn wrote out.txt: %v; events %v", got, tr.types())
+		}
+	}
+
+	// 6. A model error reaches the caller with the harness's message.
 	tr = rs.stream(t, ctx, req("s3", "allow", user("now fail please")))
 	t.Logf("failing turn: ok %v error %q output %q", tr.res.OK, tr.res.Error, tr.res.Output)
 	if tr.res.OK || !strings.Contains(tr.res.Error, "fake model error: bad request") {
