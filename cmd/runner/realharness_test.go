@@ -92,7 +92,7 @@ var realCases = map[string]realCase{
 func init() {
 	realCases["pi_agenta"] = realCases["pi_core"]
 	oc := realCases["pi_core"]
-	oc.model, oc.load = "fake-model", "load"
+	oc.model, oc.load, oc.asks = "fake-model", "load", true
 	realCases["opencode"] = oc
 }
 

@@ -378,6 +378,9 @@ func opencode(mc ModelConn, dirs Dirs) Config {
 		"$schema":    "https://opencode.ai/config.json",
 		"autoupdate": false,
 		"share":      "disabled",
+		// opencode runs every tool unasked by default; asking sends a
+		// session/request_permission, so the runner's policy decides.
+		"permission": map[string]any{"edit": "ask", "bash": "ask", "webfetch": "ask"},
 		"model":      id + "/" + mc.Model,
 		"provider": map[string]any{id: map[string]any{
 			"npm":  sdk[0],

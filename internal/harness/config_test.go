@@ -250,6 +250,11 @@ exporter = "none"
   "$schema": "https://opencode.ai/config.json",
   "autoupdate": false,
   "model": "fake/claude-fake",
+  "permission": {
+    "bash": "ask",
+    "edit": "ask",
+    "webfetch": "ask"
+  },
   "provider": {
     "fake": {
       "models": {
