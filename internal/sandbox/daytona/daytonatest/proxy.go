@@ -1,0 +1,111 @@
+package daytonatest
+
+import (
+	"context"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// proxy serves a signed preview URL: /preview/{token}/… goes to the
+// sandbox's daemon port.
+func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
+	tok := r.PathValue("token")
+	s.mu.Lock()
+	pv := s.tokens[tok]
+	b := s.sandboxes[pv.id]
+	if b == nil || b.sb.State != "started" || pv.port != s.opts.DaemonPort {
+		s.mu.Unlock()
+		http.Error(w, "sandbox not found or not running", http.StatusBadGateway)
+		return
+	}
+	if s.opts.StrictCookies {
+		name := "daytona-sandbox-auth-" + b.sb.ID[:8]
+		want, issued := s.cookies[tok]
+		if !issued {
+			want = randomHex(8)
+			s.cookies[tok] = want
+			http.SetCookie(w, &http.Cookie{Name: name, Value: want, Path: "/"})
+		} else if c, err := r.Cookie(name); err != nil || c.Value != want {
+			s.mu.Unlock()
+			http.Error(w, "missing sandbox auth cookie", http.StatusUnauthorized)
+			return
+		}
+	}
+	root := b.root
+	s.mu.Unlock()
+	addr, err := os.ReadFile(filepath.Join(root, "home", ".runner-sandboxd", "sandboxd.addr"))
+	if err != nil {
+		http.Error(w, "nothing listens on the port", http.StatusBadGateway)
+		return
+	}
+	target := &url.URL{Scheme: "http", Host: strings.TrimSpace(string(addr))}
+	s.mu.Lock()
+	ctx, cancel := context.WithCancel(r.Context())
+	b.nproxied++
+	key := b.nproxied
+	b.proxied[key] = cancel
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(b.proxied, key)
+		s.mu.Unlock()
+		cancel()
+	}()
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.URL.Path = strings.TrimPrefix(pr.In.URL.Path, "/preview/"+tok)
+			pr.Out.URL.RawPath = ""
+		},
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			http.Error(w, "bad gateway: "+err.Error(), http.StatusBadGateway)
+		},
+	}
+	rp.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// stopProcesses ends the daemon of the sandbox at root (found by its pid
+// file), as stopping a real sandbox would. SIGTERM first, so the daemon
+// takes its own children down with it.
+func stopProcesses(root string) {
+	b, err := os.ReadFile(filepath.Join(root, "home", ".runner-sandboxd", "sandboxd.pid"))
+	if err != nil {
+		return
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 {
+		return
+	}
+	if syscall.Kill(pid, syscall.SIGTERM) != nil {
+		return
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.Now().Add(5 * time.Second)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			return
+		}
+		<-tick.C
+	}
+}
+
+// alive reports whether pid runs; a zombie does not count.
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
