@@ -493,15 +493,25 @@ func TestRealHarnessesIsolated(t *testing.T) {
 			if got := findFiles(t, data, "out.txt"); len(got) != 1 {
 				t.Errorf("out.txt in the data dir: %v, want one in the session's workspace", got)
 			}
-
-			body["sessionId"] = "iso-allowlist"
-			body["messages"] = []any{map[string]any{"role": "user", "content": "say hello"}}
-			body["sandboxPermission"] = map[string]any{"network": map[string]any{"mode": "allowlist", "allowlist": []string{srv.Addr}}}
+			// The error still comes out (Pi's is read from its session
+			// file by a process inside the sandbox).
+			body["sessionId"] = "iso-fail"
+			body["messages"] = []any{map[string]any{"role": "user", "content": "now fail please"}}
 			tr = rs.stream(t, ctx, body)
-			if !tr.res.OK && strings.Contains(tr.res.Error, "proxy bridge") {
-				t.Skipf("network allowlist: %s", tr.res.Error)
+			if tr.res.OK || !strings.Contains(tr.res.Error, "fake model error: bad request") {
+				t.Errorf("failing turn: ok %v error %q, want ok:false with the model's message", tr.res.OK, tr.res.Error)
 			}
-			tr.wantOK(t, "PONG say hello")
+
+			t.Run("allowlist", func(t *testing.T) {
+				body["sessionId"] = "iso-allowlist"
+				body["messages"] = []any{map[string]any{"role": "user", "content": "say hello"}}
+				body["sandboxPermission"] = map[string]any{"network": map[string]any{"mode": "allowlist", "allowlist": []string{srv.Addr}}}
+				tr := rs.stream(t, ctx, body)
+				if !tr.res.OK && strings.Contains(tr.res.Error, "proxy bridge") {
+					t.Skipf("network allowlist: %s", tr.res.Error)
+				}
+				tr.wantOK(t, "PONG say hello")
+			})
 		})
 	}
 }
