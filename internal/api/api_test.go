@@ -44,7 +44,7 @@ type env struct {
 
 type option func(*api.Config)
 
-func newEnv(t *testing.T, opts ...option) *env {
+func newEnv(t testing.TB, opts ...option) *env {
 	t.Helper()
 	p, err := local.New(local.Config{Dir: t.TempDir(), Isolation: "none"})
 	if err != nil {

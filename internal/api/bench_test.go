@@ -73,8 +73,8 @@ func BenchmarkColdTurn(b *testing.B) {
 		reportPercentiles(b, ds, "")
 	})
 	b.Run("runner-http", func(b *testing.B) {
-		e := newEnv(&testing.T{})
-		defer e.srv.Close()
+		e := newEnv(b)
+
 		body := runBody("fake", "hello")
 		var ds []time.Duration
 		for b.Loop() {
@@ -99,8 +99,8 @@ func BenchmarkColdTurn(b *testing.B) {
 // BenchmarkStreamEvents measures NDJSON throughput: one turn streaming
 // many message deltas to an HTTP client.
 func BenchmarkStreamEvents(b *testing.B) {
-	e := newEnv(&testing.T{})
-	defer e.srv.Close()
+	e := newEnv(b)
+
 	const n = 50000
 	body := runBody("fake", "flood 50000")
 	var total time.Duration
@@ -128,4 +128,71 @@ func BenchmarkStreamEvents(b *testing.B) {
 		b.Fatalf("only %d events", events)
 	}
 	b.ReportMetric(float64(events)/total.Seconds(), "events/s")
+}
+
+// BenchmarkWarmTurn compares a warm turn through the HTTP API (session
+// continued on its live harness: fingerprints, ledger, event log, NDJSON)
+// with a direct session/prompt on an already open ACP session, measured
+// in the same run. runner-added = runner - direct.
+func BenchmarkWarmTurn(b *testing.B) {
+	b.Run("direct-acp", func(b *testing.B) {
+		dir := b.TempDir()
+		argv := agenttest.Command()
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = []string{"HOME=" + dir, "PATH=/usr/bin:/bin"}
+		in, _ := cmd.StdinPipe()
+		out, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		conn := jsonrpc.New(out, in, jsonrpc.HandlerFunc(func(context.Context, string, json.RawMessage, bool) (any, error) { return nil, nil }))
+		// The agent exits on stdin EOF, which ends the reader Close waits for.
+		defer func() { _ = in.Close(); _ = cmd.Wait(); conn.Close() }()
+		ctx := context.Background()
+		var sess struct {
+			SessionID string `json:"sessionId"`
+		}
+		_ = conn.Call(ctx, "initialize", map[string]any{"protocolVersion": 1}, nil)
+		if err := conn.Call(ctx, "session/new", map[string]any{"cwd": dir, "mcpServers": []any{}}, &sess); err != nil {
+			b.Fatal(err)
+		}
+		var ds []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			if err := conn.Call(ctx, "session/prompt", map[string]any{"sessionId": sess.SessionID, "prompt": []any{map[string]any{"type": "text", "text": "hello"}}}, nil); err != nil {
+				b.Fatal(err)
+			}
+			ds = append(ds, time.Since(start))
+		}
+		reportPercentiles(b, ds, "")
+	})
+	b.Run("runner-http", func(b *testing.B) {
+		e := newEnv(b)
+
+		body := sessionBody("bench-warm", "fake", "hello")
+		var ds []time.Duration
+		warm := 0
+		for b.Loop() {
+			start := time.Now()
+			req, _ := http.NewRequest("POST", e.srv.URL+"/run", strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+token)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				b.Fatalf("status %d: %s", resp.StatusCode, raw)
+			}
+			ds = append(ds, time.Since(start))
+			if strings.Contains(string(raw), `"mode":"warm"`) {
+				warm++
+			}
+		}
+		if warm < len(ds)-1 {
+			b.Fatalf("only %d of %d turns were warm", warm, len(ds))
+		}
+		reportPercentiles(b, ds[1:], "")
+	})
 }

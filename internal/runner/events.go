@@ -36,9 +36,15 @@ func (l *eventLog) add(e store.Event) { l.ch <- e }
 
 func (l *eventLog) write() {
 	defer close(l.done)
-	batch := make([]store.Event, 0, 512)
+	batch := make([]store.Event, 0, 1024)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	for e := range l.ch {
 		batch = append(batch[:0], e)
+		// Group commit: a streaming harness sends events one by one, and a
+		// transaction per event would cap the log at the store's commit
+		// rate. Wait up to a millisecond for more.
+		timer.Reset(time.Millisecond)
 	drain:
 		for len(batch) < cap(batch) {
 			select {
@@ -47,10 +53,11 @@ func (l *eventLog) write() {
 					break drain
 				}
 				batch = append(batch, e)
-			default:
+			case <-timer.C:
 				break drain
 			}
 		}
+		timer.Stop()
 		// The log must survive the caller's disconnect: its own context.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		last, err := l.st.AppendEvents(ctx, l.sessionID, batch)

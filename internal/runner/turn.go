@@ -35,6 +35,9 @@ type turn struct {
 	caps   *wire.Capabilities
 	index  int // ledger index, -1 without a session
 	evlog  *eventLog
+	// priorSeq is the session log's last sequence number before this turn
+	// when the caller sent only its newest message; 0 otherwise.
+	priorSeq int64
 	lv     *live      // the harness serving this turn, once acquired
 	tools  *tools.Set // this turn's tools, nil without customTools
 
@@ -150,8 +153,7 @@ func (t *turn) run(ctx context.Context) (out agent.Outcome, err error) {
 	p := t.plan
 	t.emit(wire.DataEvent("agent-status", map[string]string{"phase": "environment_starting"}, true))
 
-	prior, err := t.begin(ctx)
-	if err != nil {
+	if _, err := t.begin(ctx); err != nil {
 		return agent.Outcome{}, err
 	}
 	var lv *live
@@ -167,7 +169,11 @@ func (t *turn) run(ctx context.Context) (out agent.Outcome, err error) {
 			mode = "warm"
 		}
 	}
+	var prior []wire.Message
 	if lv == nil {
+		if prior, err = t.prior(ctx); err != nil {
+			return agent.Outcome{}, err
+		}
 		if lv, err = t.cold(ctx, prior); err != nil {
 			return agent.Outcome{}, err
 		}
@@ -254,7 +260,17 @@ func (t *turn) begin(ctx context.Context) ([]wire.Message, error) {
 	if len(p.history) > 0 || sess.LastSeq == 0 {
 		return nil, nil
 	}
-	return t.svc.conversation(ctx, sess.ID, sess.LastSeq)
+	t.priorSeq = sess.LastSeq
+	return nil, nil
+}
+
+// prior is the conversation the log holds before this turn, read only
+// when a cold harness needs it and the caller sent only its new message.
+func (t *turn) prior(ctx context.Context) ([]wire.Message, error) {
+	if t.priorSeq == 0 {
+		return nil, nil
+	}
+	return t.svc.conversation(ctx, t.plan.req.SessionID, t.priorSeq)
 }
 
 // warm takes the session's warm harness from the pool if it can continue
