@@ -232,10 +232,12 @@ func (c *Conn) read(r io.Reader) {
 	pending := c.pending
 	c.pending = map[string]chan response{}
 	c.mu.Unlock()
+	// Done first: a caller woken by the failed response can then tell a
+	// dead peer from an error the peer sent.
+	close(c.done)
 	for _, ch := range pending {
 		ch <- response{err: &Error{Code: CodeInternal, Message: "connection closed: " + err.Error()}}
 	}
-	close(c.done)
 }
 
 func (c *Conn) serve(m message) {
