@@ -17,6 +17,7 @@ import (
 	"github.com/agentrunner/runner/internal/config"
 	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/sandbox"
+	"github.com/agentrunner/runner/internal/sandbox/daytona"
 	"github.com/agentrunner/runner/internal/sandbox/local"
 	"github.com/agentrunner/runner/internal/store"
 	"github.com/agentrunner/runner/internal/store/postgres"
@@ -157,8 +158,19 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 			}
 			providers = append(providers, p)
 		case "daytona":
-			return nil, fmt.Errorf("the daytona provider is not available in this build yet; remove it from AGENTA_RUNNER_ENABLED_SANDBOX_PROVIDERS")
+			p, err := newDaytona(cfg, replica, log)
+			if err != nil {
+				return nil, fmt.Errorf("daytona sandbox provider: %w", err)
+			}
+			providers = append(providers, p)
 		}
+	}
+	pools := map[string]runner.PoolConfig{
+		"daytona": {Enabled: cfg.Daytona.IdleTTL > 0, Max: cfg.Daytona.MaxWarm, IdleTTL: cfg.Daytona.IdleTTL, ApprovalTTL: cfg.ApprovalTTL},
+	}
+	refuse := map[string]string{}
+	if cfg.Daytona.OpaqueSecrets {
+		refuse["daytona"] = "this request carries credentials, and Daytona secret hiding (AGENTA_RUNNER_DAYTONA_OPAQUE_SECRETS, on by default) is not available in this build: the Daytona secrets API is newer than the OSS API this runner speaks. Use the local provider, or set AGENTA_RUNNER_DAYTONA_OPAQUE_SECRETS=off to pass the keys into the sandbox's environment"
 	}
 	specs := map[string]agent.Spec{}
 	for name, h := range cfg.Harnesses {
@@ -175,6 +187,8 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 		PoolMax:         cfg.PoolMax,
 		SessionTTL:      cfg.SessionTTL,
 		ApprovalTTL:     cfg.ApprovalTTL,
+		Pools:           pools,
+		SecretRefusal:   refuse,
 		Tools:           tc,
 		Configure:       harnessConfigurer(cfg, environ),
 		Binds:           harnessBinds(cfg, log),
@@ -197,4 +211,28 @@ func baseEnv(cfg config.Config, environ []string) []string {
 		}
 	}
 	return []string{"PATH=" + path, "LANG=" + lang}
+}
+
+// newDaytona builds the Daytona provider; this binary is what it uploads
+// into sandboxes and runs there as `runner sandboxd`.
+func newDaytona(cfg config.Config, replica string, log *slog.Logger) (*daytona.Provider, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("locate the runner binary to upload: %w", err)
+	}
+	if resolved, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = resolved
+	}
+	return daytona.New(daytona.Config{
+		APIKey:            cfg.Daytona.APIKey,
+		APIURL:            cfg.Daytona.APIURL,
+		Target:            cfg.Daytona.Target,
+		Snapshot:          cfg.Daytona.Snapshot,
+		Image:             cfg.Daytona.Image,
+		AutoStopMinutes:   cfg.Daytona.AutoStopMinutes,
+		AutoDeleteMinutes: cfg.Daytona.AutoDeleteMinutes,
+		DaemonBinary:      exe,
+		Version:           version,
+		RunnerID:          replica,
+	}, log)
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/agentrunner/runner/internal/sandboxd"
 	"github.com/agentrunner/runner/internal/tools/relay"
 )
 
@@ -22,6 +23,7 @@ Usage:
   runner harness install <name>…  install built-in harnesses (npm, pinned) into AGENTA_RUNNER_HARNESS_DIR
   runner harness list          show installed harnesses, versions and commands
   runner mcp-stdio             (inside a sandbox) the harness's stdio MCP server for runner tools
+  runner sandboxd              (inside a remote sandbox) the daemon the runner drives it through
   runner version               print the version
 
 Configuration is read from the environment; see README.md.
@@ -42,8 +44,12 @@ func run(ctx context.Context, args []string, environ []string, stdin io.Reader, 
 	case "harness":
 		return harnessCmd(ctx, args[1:], environ, stdout, stderr)
 	case "mcp-stdio":
-		// Started by a harness inside a sandbox: relays MCP to the runner.
-		return relay.MCPStdio(ctx, args[1:], envLookup(environ), stdin, stdout, stderr)
+		// Started by a harness inside a sandbox: relays MCP to the runner,
+		// over the relay socket (local) or the in-sandbox daemon (remote).
+		return mcpStdio(ctx, args[1:], envLookup(environ), stdin, stdout, stderr)
+	case "sandboxd":
+		// The in-sandbox daemon of remote providers.
+		return sandboxd.Main(ctx, args[1:], envLookup(environ), stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "runner", version)
 		return 0
@@ -53,6 +59,28 @@ func run(ctx context.Context, args []string, environ []string, stdin io.Reader, 
 	}
 	fmt.Fprintf(stderr, "runner: unknown command %q\n\n%s", args[0], usage)
 	return 2
+}
+
+func mcpStdio(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
+	sock := getenv(sandboxd.SocketEnv)
+	if getenv(relay.EnvSocket) != "" || sock == "" {
+		return relay.MCPStdio(ctx, args, getenv, stdin, stdout, stderr)
+	}
+	token := getenv(relay.EnvToken)
+	if token == "" {
+		fmt.Fprintf(stderr, "runner mcp-stdio: %s must be set\n", relay.EnvToken)
+		return 1
+	}
+	conn, err := sandboxd.Dial(ctx, sock, "tools")
+	if err != nil {
+		fmt.Fprintf(stderr, "runner mcp-stdio: connect to the runner through sandboxd: %v\n", err)
+		return 1
+	}
+	if err := relay.Client(ctx, conn, token, stdin, stdout); err != nil {
+		fmt.Fprintf(stderr, "runner mcp-stdio: %v\n", err)
+		return 1
+	}
+	return 0
 }
 
 func envLookup(environ []string) func(string) string {

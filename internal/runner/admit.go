@@ -62,6 +62,9 @@ func (s *Service) admit(req *wire.Request) (*plan, error) {
 		return nil, err
 	}
 	p.env = env
+	if msg := s.cfg.SecretRefusal[p.provider]; msg != "" && hasSecrets(req) {
+		return nil, errdefs.Unprocessablef("%s", msg)
+	}
 
 	if sp := req.SandboxPermission; sp != nil {
 		if sp.Network != nil {
@@ -138,6 +141,20 @@ func (s *Service) admit(req *wire.Request) (*plan, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// hasSecrets reports whether the request carries credential values a
+// sandbox would hold: model credentials or user MCP server credentials.
+func hasSecrets(r *wire.Request) bool {
+	if r.ModelConnection != nil && len(r.ModelConnection.Credentials) > 0 {
+		return true
+	}
+	for _, m := range r.MCPServers {
+		if len(m.Connection.Credentials) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // checkRelPath refuses paths that would land outside the working directory.

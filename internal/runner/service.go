@@ -47,6 +47,10 @@ type Config struct {
 	LeaseTTL time.Duration
 	// PoolClock drives warm-session timers; nil is the real clock.
 	PoolClock pool.Clock
+	// Pools overrides, per provider, whether and how long sessions stay
+	// warm; a provider without an entry uses KeepAlive, PoolMax,
+	// SessionTTL and ApprovalTTL.
+	Pools map[string]PoolConfig
 	// Tools serves customTools; its zero value refuses them.
 	Tools ToolsConfig
 	// Configure, if set, generates each harness's own configuration from
@@ -56,11 +60,23 @@ type Config struct {
 	// installed harnesses, which may lie in the data dir that isolated
 	// sandboxes otherwise do not see.
 	Binds []sandbox.Bind
+	// SecretRefusal, per provider, refuses requests whose credentials that
+	// provider cannot keep out of its sandboxes, with this message naming
+	// the setting to change. Empty: the provider may see them.
+	SecretRefusal map[string]string
 	// DenyAllPermissions is the incident kill switch: every permission
 	// request and tool call is denied.
 	DenyAllPermissions bool
 
 	Logger *slog.Logger
+}
+
+// PoolConfig is one provider's warm pool.
+type PoolConfig struct {
+	Enabled     bool
+	Max         int
+	IdleTTL     time.Duration
+	ApprovalTTL time.Duration
 }
 
 // Service runs turns.
@@ -70,7 +86,7 @@ type Service struct {
 	harnesses map[string]harness
 	driver    agent.Driver
 	store     store.Store
-	pool      *pool.Pool
+	pools     map[string]*pool.Pool // by provider; absent = no keep-alive
 	hubs      hubs
 	log       *slog.Logger
 
@@ -119,12 +135,23 @@ func New(cfg Config, providers []sandbox.Provider, driver agent.Driver, st store
 		driver: driver, store: st, log: cfg.Logger,
 		inflight: map[*turn]struct{}{}, busy: map[string]*turn{}, paused: map[string]*wire.Request{},
 	}
-	s.pool = pool.New(pool.Config{
-		Max: cfg.PoolMax, IdleTTL: cfg.SessionTTL, ApprovalTTL: cfg.ApprovalTTL,
-		TeardownTimeout: cfg.TeardownTimeout, Clock: cfg.PoolClock, Logger: cfg.Logger,
-	})
+	s.pools = map[string]*pool.Pool{}
 	for _, p := range providers {
 		s.providers[p.Name()] = p
+		pc, ok := cfg.Pools[p.Name()]
+		if !ok {
+			pc = PoolConfig{Enabled: cfg.KeepAlive, Max: cfg.PoolMax, IdleTTL: cfg.SessionTTL, ApprovalTTL: cfg.ApprovalTTL}
+		}
+		if !pc.Enabled {
+			continue
+		}
+		if pc.ApprovalTTL <= 0 {
+			pc.ApprovalTTL = cfg.ApprovalTTL
+		}
+		s.pools[p.Name()] = pool.New(pool.Config{
+			Max: pc.Max, IdleTTL: pc.IdleTTL, ApprovalTTL: pc.ApprovalTTL,
+			TeardownTimeout: cfg.TeardownTimeout, Clock: cfg.PoolClock, Logger: cfg.Logger.With(logkey.Provider, p.Name()),
+		})
 	}
 	if _, ok := s.providers[cfg.DefaultProvider]; !ok {
 		return nil, fmt.Errorf("default provider %q is not among the configured providers", cfg.DefaultProvider)
@@ -162,12 +189,27 @@ func (s *Service) Recover(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// reap destroys a sandbox left by an earlier process. Local harness
-// processes died with that process; what is left is the directory (and,
-// for remote providers, the machine).
+// reap deals with a sandbox an earlier process left. A remote sandbox
+// outlives the runner: it is kept for its session's next turn (which
+// reopens it) unless that session is gone. A local one lost its harness
+// with the process that started it; what is left is its directory.
 func (s *Service) reap(ctx context.Context, p sandbox.Provider, rec store.Sandbox) {
 	log := s.log.With(logkey.Sandbox, rec.ID, logkey.Provider, rec.Provider)
-	if o, ok := p.(sandbox.Opener); ok {
+	if r, ok := p.(sandbox.Remover); ok {
+		sess, err := s.store.GetSession(ctx, rec.SessionID)
+		if err == nil && sess.Status == store.SessionActive && sess.SandboxID == rec.ID {
+			if rec.State == store.SandboxRunning {
+				rec.State = store.SandboxPaused // reopenable; its harness must restart
+				_, _ = s.store.PutSandbox(ctx, rec)
+			}
+			log.Info("kept the session's sandbox for its next turn")
+			return
+		}
+		if err := r.Remove(ctx, rec.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			log.Warn("reap orphaned sandbox", logkey.Error, err)
+			return
+		}
+	} else if o, ok := p.(sandbox.Opener); ok {
 		sb, err := o.Open(ctx, rec.ID, sandbox.Spec{SessionID: rec.SessionID})
 		switch {
 		case err == nil:
@@ -380,7 +422,7 @@ var (
 // many turns it stopped.
 func (s *Service) Kill(ctx context.Context, sessionID, projectID string) int {
 	n := s.stopSession(ctx, projectID+":"+sessionID, errKilled)
-	s.pool.Evict(projectID+":"+sessionID, pool.ReasonKill)
+	s.evict(projectID+":"+sessionID, pool.ReasonKill)
 	return n
 }
 
@@ -426,7 +468,12 @@ func (s *Service) Shutdown(ctx context.Context) error {
 		t.waitDone(ctx)
 	}
 	done := make(chan struct{})
-	go func() { s.pool.Close(); close(done) }()
+	go func() {
+		for _, p := range s.pools {
+			p.Close()
+		}
+		close(done)
+	}()
 	select {
 	case <-done:
 	case <-ctx.Done():
@@ -442,7 +489,32 @@ func (s *Service) InFlight() int {
 }
 
 // Warm is the number of warm sessions.
-func (s *Service) Warm() int { return s.pool.Len() }
+func (s *Service) Warm() int {
+	n := 0
+	for _, p := range s.pools {
+		n += p.Len()
+	}
+	return n
+}
+
+// evict releases the session's warm harness, whichever provider holds it.
+func (s *Service) evict(key, reason string) {
+	for _, p := range s.pools {
+		p.Evict(key, reason)
+	}
+}
+
+// warmKey reports whether the session key is parked in any pool.
+func (s *Service) warmKey(key string) bool {
+	for _, p := range s.pools {
+		for _, k := range p.Keys() {
+			if k == key {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // Harnesses describes the launch table for /health.
 func (s *Service) Harnesses() []string { return s.harnessNames() }

@@ -55,11 +55,7 @@ func (s *Service) view(sess store.Session) SessionView {
 	s.mu.Lock()
 	_, v.Running = s.busy[key]
 	s.mu.Unlock()
-	for _, k := range s.pool.Keys() {
-		if k == key {
-			v.Warm = true
-		}
-	}
+	v.Warm = s.warmKey(key)
 	return v
 }
 
@@ -170,7 +166,7 @@ func (s *Service) DeleteSession(ctx context.Context, id string) error {
 	}
 	key := sess.ProjectID + ":" + id
 	s.stopSession(ctx, key, errDeleted)
-	s.pool.Evict(key, pool.ReasonDeleted)
+	s.evict(key, pool.ReasonDeleted)
 	for _, p := range s.providers {
 		if r, ok := p.(sandbox.StateRemover); ok {
 			if err := r.RemoveState(ctx, key); err != nil {

@@ -93,7 +93,10 @@ func (t *turn) toolSet() (*tools.Set, error) {
 // tool relay (when the turn has tools) and the user's HTTP MCP servers.
 func (t *turn) mcpServers(lv *live) []agent.MCPServer {
 	var out []agent.MCPServer
-	if lv.binding != nil {
+	switch {
+	case lv.binding != nil && lv.channel != nil:
+		out = append(out, agent.MCPServer{Name: tools.ServerName, Command: lv.channel.ch.RunnerPath(), Args: []string{"mcp-stdio"}, Env: channelEnv(lv.binding, lv.channel.ch)})
+	case lv.binding != nil:
 		shim := t.svc.cfg.Tools.Shim
 		out = append(out, agent.MCPServer{Name: tools.ServerName, Command: shim[0], Args: shim[1:], Env: lv.binding.Env(t.svc.cfg.Tools.Socket)})
 	}

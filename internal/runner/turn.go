@@ -38,8 +38,8 @@ type turn struct {
 	// priorSeq is the session log's last sequence number before this turn
 	// when the caller sent only its newest message; 0 otherwise.
 	priorSeq int64
-	lv     *live      // the harness serving this turn, once acquired
-	tools  *tools.Set // this turn's tools, nil without customTools
+	lv       *live      // the harness serving this turn, once acquired
+	tools    *tools.Set // this turn's tools, nil without customTools
 
 	// mu guards the following: events arrive on the harness's reader.
 	mu     sync.Mutex
@@ -113,6 +113,7 @@ type live struct {
 	stateKey  string
 	awaiting  bool           // parked waiting for approval
 	binding   *relay.Binding // the tool relay's binding, nil without tools
+	channel   *channel       // the relay over a remote sandbox's connection
 	diagnose  func(context.Context, DiagnoseInput) error
 
 	// mu guards the following.
@@ -163,7 +164,7 @@ func (t *turn) run(ctx context.Context) (out agent.Outcome, err error) {
 	if t.tools, err = t.toolSet(); err != nil {
 		return agent.Outcome{}, err
 	}
-	if t.key != "" && t.svc.cfg.KeepAlive {
+	if t.key != "" {
 		lv = t.warm()
 		if lv != nil {
 			mode = "warm"
@@ -278,8 +279,14 @@ func (t *turn) prior(ctx context.Context) ([]wire.Message, error) {
 // a plain user message. Otherwise the warm harness is released with the
 // reason, and the turn runs cold.
 func (t *turn) warm() *live {
-	e, ok := t.svc.pool.Checkout(t.key)
+	pl := t.svc.pools[t.plan.provider]
+	if pl == nil {
+		t.svc.evict(t.key, pool.ReasonRuntimeChanged) // parked under another provider
+		return nil
+	}
+	e, ok := pl.Checkout(t.key)
 	if !ok {
+		t.svc.evict(t.key, pool.ReasonRuntimeChanged)
 		return nil
 	}
 	lv := e.Value.(*live)
@@ -339,23 +346,29 @@ func (t *turn) cold(ctx context.Context, prior []wire.Message) (*live, error) {
 			lv.stateKey = t.key
 		}
 	}
-	start := time.Now()
-	sb, err := prov.Create(ctx, sandbox.Spec{
+	spec := sandbox.Spec{
 		SessionID: p.req.SessionID,
 		ProjectID: projectOf(p.req),
 		Network:   sandbox.Network{Mode: p.network, Allow: p.allow},
 		ReadOnly:  p.req.SandboxPermission != nil && p.req.SandboxPermission.Filesystem == "readonly",
 		StateKey:  lv.stateKey,
-		Binds:     append(t.svc.toolBinds(), t.svc.cfg.Binds...),
 		Labels:    map[string]string{"session": p.req.SessionID, "project": projectOf(p.req), "replica": t.svc.cfg.ReplicaID},
 		OnEvent: func(name string, data map[string]any) {
 			if cur := lv.turn(); cur != nil {
 				cur.emit(wire.DataEvent(name, data, false))
 			}
 		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create %s sandbox: %w", p.provider, err)
+	}
+	if b, ok := prov.(sandbox.Binder); ok && b.CanBind() {
+		spec.Binds = append(t.svc.toolBinds(), t.svc.cfg.Binds...)
+	}
+	start := time.Now()
+	sb, reopened := t.reopen(ctx, prov, spec)
+	if sb == nil {
+		var err error
+		if sb, err = prov.Create(ctx, spec); err != nil {
+			return nil, fmt.Errorf("create %s sandbox: %w", p.provider, err)
+		}
 	}
 	lv.sb = sb
 	info := sb.Info()
@@ -374,24 +387,29 @@ func (t *turn) cold(ctx context.Context, prior []wire.Message) (*live, error) {
 		return fail(err)
 	}
 	lv.diagnose = hc.Diagnose
-	spec := p.harness.spec
+	hspec := p.harness.spec
 	if len(hc.Command) > 0 {
-		spec.Command = hc.Command
+		hspec.Command = hc.Command
 	}
 	env := t.env(info)
 	for _, k := range sortedKeys(hc.Env) {
 		env = append(env, k+"="+hc.Env[k])
 	}
 	load := ""
-	if lv.stateKey != "" {
+	if lv.stateKey != "" || reopened {
+		// The harness's own transcript survived: in the durable state dir,
+		// or in the sandbox itself.
 		load = t.svc.loadable(ctx, p.req.SessionID, p.harness.spec.Name)
 	}
 	if t.tools != nil {
 		lv.binding = t.svc.cfg.Tools.Relay.Bind(t.tools, t.log)
+		if ch, ok := sb.(sandbox.Channeler); ok {
+			lv.serveChannel(t.svc, ch)
+		}
 	}
 	start = time.Now()
 	sess, err := t.svc.driver.Open(ctx, sb, agent.Options{
-		Spec:          spec,
+		Spec:          hspec,
 		Env:           env,
 		Mode:          hc.Mode,
 		Cwd:           info.Workdir,
@@ -493,7 +511,7 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 	if lv.binding != nil {
 		lv.binding.Use(nil)
 	}
-	if t.key != "" && t.svc.cfg.KeepAlive && err == nil && (status == store.TurnCompleted || status == store.TurnPaused) {
+	if t.key != "" && t.svc.pools[lv.provider] != nil && err == nil && (status == store.TurnCompleted || status == store.TurnPaused) {
 		lv.historyFP = historyFingerprint(t.plan.req.Messages)
 		t.svc.park(t.key, lv, status == store.TurnPaused)
 		return
@@ -523,7 +541,7 @@ func (s *Service) park(key string, lv *live, awaiting bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	_, _ = s.store.AcquireLease(ctx, sessionID, s.cfg.ReplicaID, time.Now(), ttl+s.cfg.LeaseTTL)
 	cancel()
-	s.pool.Park(&pool.Entry{Key: key, Value: lv, Release: func(ctx context.Context, reason string) {
+	s.pools[lv.provider].Park(&pool.Entry{Key: key, Value: lv, Release: func(ctx context.Context, reason string) {
 		lv.release(ctx, s, reason)
 		s.releaseLease(sessionID)
 	}}, awaiting)
@@ -542,6 +560,9 @@ func (s *Service) releaseLease(sessionID string) {
 func (lv *live) release(ctx context.Context, s *Service, reason string) {
 	if lv.sess != nil {
 		_ = lv.sess.Close(ctx)
+	}
+	if lv.channel != nil {
+		lv.channel.stop()
 	}
 	if lv.binding != nil {
 		lv.binding.Close()

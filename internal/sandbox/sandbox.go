@@ -27,10 +27,33 @@ type Opener interface {
 	Open(ctx context.Context, id string, spec Spec) (Sandbox, error)
 }
 
+// Remover is a Provider whose sandboxes outlive the runner (remote
+// machines) and can be deleted by id without being started first.
+type Remover interface {
+	Remove(ctx context.Context, id string) error
+}
+
 // StateRemover is a Provider that can delete the durable state kept under
 // a Spec.StateKey, when its session is deleted.
 type StateRemover interface {
 	RemoveState(ctx context.Context, key string) error
+}
+
+// Binder is a Provider whose sandboxes share the runner's filesystem and
+// honour Spec.Binds. Other providers refuse binds.
+type Binder interface {
+	CanBind() bool
+}
+
+// Channeler is a Sandbox whose processes reach the runner through the
+// provider's own connection (remote sandboxes, where no host socket can be
+// bound in): a process started with ChannelEnv in its environment dials a
+// named channel, and Accept returns that stream on the runner's side. The
+// runner binary is available inside at RunnerPath, for `runner mcp-stdio`.
+type Channeler interface {
+	ChannelEnv() []string
+	Accept(ctx context.Context, name string) (Process, error)
+	RunnerPath() string
 }
 
 // Describer reports what a provider enforces, for /health and for

@@ -117,7 +117,7 @@ func (p *Provider) boot(ctx context.Context, tb *toolbox, log *slog.Logger) erro
 	// One file per version, so an upgrade never overwrites a binary that an
 	// older daemon is running from. Version, token and port are checked to
 	// hold no quote or space, which the toolbox's word splitting needs.
-	rel := ".runner/bin/runner-" + p.cfg.Version
+	rel := binRel(p.cfg.Version)
 	//
 	// Exit code 126 is retried: exec of a file that was just written fails
 	// with ETXTBSY while any process forked in that moment still holds the
@@ -171,6 +171,8 @@ func (p *Provider) upload(ctx context.Context, tb *toolbox, rel string, log *slo
 // Info describes the sandbox.
 func (s *Sandbox) Info() sandbox.Info { return s.info }
 
+var _ sandbox.Channeler = (*Sandbox)(nil)
+
 // Start runs cmd in the sandbox through the daemon. Cancelling ctx kills
 // the process.
 func (s *Sandbox) Start(ctx context.Context, cmd sandbox.Cmd) (sandbox.Process, error) {
@@ -190,6 +192,13 @@ func (s *Sandbox) Start(ctx context.Context, cmd sandbox.Cmd) (sandbox.Process, 
 	}
 	return p, nil
 }
+
+// RunnerPath is where this version's runner binary lives in the sandbox.
+func (s *Sandbox) RunnerPath() string {
+	return path.Join(s.info.Home, binRel(s.p.cfg.Version))
+}
+
+func binRel(version string) string { return ".runner/bin/runner-" + version }
 
 // ChannelEnv is what a process in the sandbox needs in its environment
 // to open a channel with sandboxd.Dial: RUNNER_SANDBOXD_SOCKET.
