@@ -99,7 +99,10 @@ type Pool struct {
 	// mu guards the following.
 	mu      sync.Mutex
 	entries map[string]*Entry
-	closed  bool
+	// releasing holds keys whose teardown is under way; a Checkout of the
+	// key waits for it, so a new turn never races the old sandbox's park.
+	releasing map[string]chan struct{}
+	closed    bool
 }
 
 // New returns an empty pool.
@@ -116,13 +119,23 @@ func New(cfg Config) *Pool {
 	if cfg.Max <= 0 {
 		cfg.Max = 8
 	}
-	return &Pool{cfg: cfg, log: cfg.Logger, entries: map[string]*Entry{}}
+	return &Pool{cfg: cfg, log: cfg.Logger, entries: map[string]*Entry{}, releasing: map[string]chan struct{}{}}
 }
 
 // Checkout takes the key's entry out of the pool: the caller now owns it
-// and must Park or Release it.
+// and must Park or Release it. If the key's entry is being torn down, it
+// first waits for that to finish (and then finds nothing).
 func (p *Pool) Checkout(key string) (*Entry, bool) {
 	p.mu.Lock()
+	for {
+		ch, ok := p.releasing[key]
+		if !ok {
+			break
+		}
+		p.mu.Unlock()
+		<-ch
+		p.mu.Lock()
+	}
 	defer p.mu.Unlock()
 	e, ok := p.entries[key]
 	if !ok {
@@ -209,10 +222,32 @@ func (p *Pool) expire(e *Entry, reason string) {
 
 func (p *Pool) releaseAsync(e *Entry, reason string) {
 	p.wg.Add(1)
+	done := p.markReleasing(e.Key)
 	go func() {
 		defer p.wg.Done()
+		defer done()
 		p.release(e, reason)
 	}()
+}
+
+// markReleasing records the key as being torn down until done is called.
+func (p *Pool) markReleasing(key string) (done func()) {
+	ch := make(chan struct{})
+	p.mu.Lock()
+	prev := p.releasing[key]
+	p.releasing[key] = ch
+	p.mu.Unlock()
+	return func() {
+		if prev != nil {
+			<-prev // an earlier teardown of the same key finishes first
+		}
+		p.mu.Lock()
+		if p.releasing[key] == ch {
+			delete(p.releasing, key)
+		}
+		p.mu.Unlock()
+		close(ch)
+	}
 }
 
 func (p *Pool) release(e *Entry, reason string) {

@@ -27,6 +27,7 @@ import (
 func TestMain(m *testing.M) {
 	agenttest.MaybeRun()
 	maybeShim()
+	maybeRemote()
 	os.Exit(m.Run())
 }
 
