@@ -1,26 +1,17 @@
-// Package local runs sandboxes on the runner's own host. Each sandbox is a
-// directory under the data dir (work, home, tmp) and its processes are host
-// processes in their own process group, killed as a group.
-//
-// Isolation "none" is the Agenta runner's unconfined host process, for
-// development: the environment is scrubbed, but the harness can read what
-// the runner's user can read.
 package local
 
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/agentrunner/runner/internal/errdefs"
@@ -28,44 +19,137 @@ import (
 	"github.com/agentrunner/runner/internal/sandbox"
 )
 
-// Config configures the local provider.
+// Isolation values for Config.Isolation.
+const (
+	IsolationBwrap = "bwrap"
+	IsolationNone  = "none"
+)
+
+// Limit defaults; NoLimit in a Config field turns that limit off.
+const (
+	DefaultMemoryMB = 4096
+	DefaultPids     = 1024
+	DefaultCPUs     = 2.0
+	NoLimit         = -1
+)
+
+// Config configures the local provider. The zero value of every field but
+// Dir picks a default.
 type Config struct {
-	// Dir is where sandbox directories are created (<data dir>/sandboxes).
+	// Dir is where sandbox directories are created (<data dir>/sandboxes);
+	// state kept under a Spec.StateKey lives in Dir/state.
 	Dir string
-	// Isolation is "none" (host process).
+	// DataDir is the runner's data dir; with bwrap it is hidden from every
+	// sandbox except for the sandbox's own directories. Empty means Dir.
+	DataDir string
+	// Isolation is "bwrap" (default) or "none" (host process).
 	Isolation string
-	Logger    *slog.Logger
+	// Bwrap is the bubblewrap binary; empty means "bwrap" looked up in PATH.
+	Bwrap string
+	// Hide lists more host paths (the runner's config file, credentials)
+	// that sandboxes must not see. DataDir, the runner's home, /root, /run
+	// and the paths in alwaysHidden (bwrap.go) are always hidden.
+	Hide []string
+	// MemoryMB, Pids and CPUs limit each bwrap sandbox (all its processes
+	// together). Zero means the default, NoLimit means no limit. They need
+	// a writable cgroup; New fails when one is asked for and there is none.
+	MemoryMB int
+	Pids     int
+	CPUs     float64
+	// ProxyBridge is the argv prefix of the in-sandbox bridge that network
+	// mode "allowlist" needs: a host executable that runs ProxyBridgeMain
+	// with the arguments appended to it, e.g. {"/usr/bin/runner",
+	// "sandbox-proxy-bridge"}. Without it "allowlist" is refused.
+	ProxyBridge []string
+	// SandboxUID and SandboxGID, when the runner runs as root, make sandbox
+	// processes run as this host user (and group; zero means the uid)
+	// instead of root's uid, so root-only files stay unreadable. The
+	// sandbox's directories and what WriteFile writes are given to it;
+	// anything else put into a workspace must be too, and unix sockets in
+	// Spec.Binds must be connectable by it. Needs setpriv (util-linux).
+	SandboxUID int
+	SandboxGID int
+	Logger     *slog.Logger
 }
 
 // Provider creates local sandboxes.
 type Provider struct {
 	cfg Config
 	log *slog.Logger
+	bw  *bwrap   // nil with isolation "none"
+	cg  *cgroups // nil when no limit is asked for or with isolation "none"
 }
 
 var (
-	_ sandbox.Provider  = (*Provider)(nil)
-	_ sandbox.Describer = (*Provider)(nil)
-	_ sandbox.Sandbox   = (*Sandbox)(nil)
+	_ sandbox.Provider     = (*Provider)(nil)
+	_ sandbox.Describer    = (*Provider)(nil)
+	_ sandbox.StateRemover = (*Provider)(nil)
+	_ sandbox.Sandbox      = (*Sandbox)(nil)
 )
 
-// New returns a local provider. It fails when the isolation asked for
-// cannot be had on this host.
+// New returns a local provider. With isolation "bwrap" it checks once that
+// bubblewrap, the seccomp filter and the cgroup limits work on this host and
+// fails with the cause and the ways out otherwise; it never falls back to a
+// weaker isolation.
 func New(cfg Config) (*Provider, error) {
 	if cfg.Isolation == "" {
-		cfg.Isolation = "none"
+		cfg.Isolation = IsolationBwrap
 	}
-	if cfg.Isolation != "none" {
-		return nil, errdefs.Unprocessablef("local isolation %q is not supported by this build; set AGENTA_RUNNER_LOCAL_ISOLATION=none", cfg.Isolation)
+	if cfg.Isolation != IsolationBwrap && cfg.Isolation != IsolationNone {
+		return nil, errdefs.Invalidf("local isolation %q: want %q or %q", cfg.Isolation, IsolationBwrap, IsolationNone)
+	}
+	if cfg.Dir == "" {
+		return nil, errdefs.Invalidf("local sandbox dir is empty")
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("local sandbox dir: %w", err)
+	}
+	// Resolve symlinks now: bwrap masks and binds real paths.
+	dir, err := filepath.EvalSymlinks(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("local sandbox dir: %w", err)
+	}
+	cfg.Dir = dir
+	if cfg.DataDir == "" {
+		cfg.DataDir = cfg.Dir
+	} else if d, err := filepath.EvalSymlinks(cfg.DataDir); err == nil {
+		cfg.DataDir = d
+	}
+	cfg.MemoryMB = orDefault(cfg.MemoryMB, DefaultMemoryMB)
+	cfg.Pids = orDefault(cfg.Pids, DefaultPids)
+	if cfg.CPUs == 0 {
+		cfg.CPUs = DefaultCPUs
 	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Provider{cfg: cfg, log: log}, nil
+	p := &Provider{cfg: cfg, log: log}
+	if cfg.Isolation == IsolationNone {
+		log.Info("local sandboxes are unconfined host processes (AGENTA_RUNNER_LOCAL_ISOLATION=none); for development only")
+		return p, nil
+	}
+	bwrapErr := func(err error) error {
+		return errdefs.With(errdefs.ErrUnavailable, fmt.Errorf("local isolation bwrap does not work on this host: %w; either fix the host (install the bubblewrap package; in a container, allow user namespaces and a fresh /proc: docker run --security-opt seccomp=unconfined --security-opt apparmor=unconfined --security-opt systempaths=unconfined) or run unconfined with AGENTA_RUNNER_LOCAL_ISOLATION=none", err))
+	}
+	if p.bw, err = newBwrap(cfg); err != nil {
+		return nil, bwrapErr(err)
+	}
+	instance := sha256.Sum256([]byte(cfg.Dir))
+	if p.cg, err = newCgroups(limitsOf(cfg), hex.EncodeToString(instance[:6])); err != nil {
+		return nil, errdefs.With(errdefs.ErrUnavailable, fmt.Errorf("local sandbox limits: %w; give the runner a writable cgroup (root on the host; in a container, /sys/fs/cgroup mounted writable, or a delegated cgroup v2 subtree), or turn the limits off with AGENTA_RUNNER_LOCAL_MEMORY_MB=0 AGENTA_RUNNER_LOCAL_PIDS=0 AGENTA_RUNNER_LOCAL_CPUS=0", err))
+	}
+	if err := p.probe(context.Background()); err != nil {
+		return nil, bwrapErr(err)
+	}
+	return p, nil
+}
+
+func orDefault(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
 }
 
 // Name implements sandbox.Provider.
@@ -73,47 +157,166 @@ func (p *Provider) Name() string { return "local" }
 
 // Describe implements sandbox.Describer.
 func (p *Provider) Describe() map[string]any {
-	return map[string]any{"isolation": p.cfg.Isolation}
+	d := map[string]any{"isolation": p.cfg.Isolation}
+	if p.bw == nil {
+		return d
+	}
+	d["bwrap"] = p.bw.path
+	if p.bw.user != nil {
+		d["sandbox_uid"] = p.bw.user.uid
+	}
+	d["seccomp"] = true
+	d["network"] = []string{"on", "off", "allowlist"}
+	// Limits that are off are left out.
+	limits := map[string]any{}
+	if p.cfg.MemoryMB > 0 {
+		limits["memory_mb"] = p.cfg.MemoryMB
+	}
+	if p.cfg.Pids > 0 {
+		limits["pids"] = p.cfg.Pids
+	}
+	if p.cfg.CPUs > 0 {
+		limits["cpus"] = p.cfg.CPUs
+	}
+	if p.cg != nil {
+		limits["cgroup"] = p.cg.version()
+	}
+	d["limits"] = limits
+	return d
 }
 
 // Create implements sandbox.Provider.
 func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
-	if spec.Network.Mode != "" && spec.Network.Mode != "on" {
-		return nil, errdefs.Unprocessablef("sandboxPermission.network.mode %q needs local isolation; the local provider runs with AGENTA_RUNNER_LOCAL_ISOLATION=none", spec.Network.Mode)
+	mode := spec.Network.Mode
+	if mode == "" {
+		mode = "on"
 	}
-	if spec.ReadOnly {
+	switch mode {
+	case "on", "off", "allowlist":
+	default:
+		return nil, errdefs.Invalidf("sandboxPermission.network.mode %q: want on, off or allowlist", mode)
+	}
+	if p.bw == nil && mode != "on" {
+		return nil, errdefs.Unprocessablef("sandboxPermission.network.mode %q needs local isolation; the local provider runs with AGENTA_RUNNER_LOCAL_ISOLATION=none", mode)
+	}
+	if p.bw == nil && spec.ReadOnly {
 		return nil, errdefs.Unprocessablef("sandboxPermission.filesystem \"readonly\" needs local isolation; the local provider runs with AGENTA_RUNNER_LOCAL_ISOLATION=none")
 	}
+	if mode == "allowlist" && len(p.cfg.ProxyBridge) == 0 {
+		return nil, errdefs.Unprocessablef("sandboxPermission.network.mode \"allowlist\" needs the local proxy bridge, which this runner was built without")
+	}
+	allow, err := parseAllowlist(spec.Network.Allow)
+	if err != nil {
+		return nil, err
+	}
+	for _, b := range spec.Binds {
+		if !filepath.IsAbs(b.Path) {
+			return nil, errdefs.Invalidf("sandbox bind %q: not an absolute path", b.Path)
+		}
+		if _, err := os.Lstat(b.Path); err != nil {
+			return nil, errdefs.With(errdefs.ErrInvalid, fmt.Errorf("sandbox bind: %w", err))
+		}
+	}
+
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	id := "local-" + hex.EncodeToString(b[:])
 	root := filepath.Join(p.cfg.Dir, id)
+	work, home := filepath.Join(root, "work"), filepath.Join(root, "home")
+	if spec.StateKey != "" {
+		state := p.stateDir(spec.StateKey)
+		work, home = filepath.Join(state, "work"), filepath.Join(state, "home")
+	}
 	sb := &Sandbox{
+		p:    p,
 		root: root,
+		mode: mode,
+		spec: spec,
 		info: sandbox.Info{
 			ID:        id,
 			Provider:  "local",
-			Workdir:   filepath.Join(root, "work"),
-			Home:      filepath.Join(root, "home"),
+			Workdir:   work,
+			Home:      home,
 			Isolation: p.cfg.Isolation,
 		},
 		log: p.log.With(logkey.Sandbox, id),
 	}
+	// bwrap binds the sandbox's directories at their host paths, so the
+	// paths inside equal the paths outside and callers need no translation.
 	sb.info.HostWorkdir = sb.info.Workdir
-	for _, d := range []string{sb.info.Workdir, sb.info.Home, filepath.Join(root, "tmp")} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
+	tmp := filepath.Join(root, "tmp")
+	for _, d := range []string{sb.info.Workdir, sb.info.Home, tmp} {
+		err := os.MkdirAll(d, 0o700)
+		if err == nil {
+			err = p.user().ownDir(d, d == tmp)
+		}
+		if err != nil {
 			_ = os.RemoveAll(root)
 			return nil, fmt.Errorf("create sandbox %s: %w", id, err)
 		}
 	}
+	if p.cg != nil {
+		if sb.cg, err = p.cg.create(id); err != nil {
+			_ = os.RemoveAll(root)
+			return nil, fmt.Errorf("create sandbox %s: %w", id, err)
+		}
+	}
+	if mode == "allowlist" {
+		sb.proxy, err = startProxy(filepath.Join(root, "proxy.sock"), allow, sb.log, spec.OnEvent)
+		if err == nil {
+			err = p.user().own(sb.proxy.path)
+		}
+		if err != nil {
+			sb.teardown()
+			return nil, fmt.Errorf("create sandbox %s: %w", id, err)
+		}
+	}
+	if p.bw != nil {
+		sb.args = p.bw.sandboxArgs(sb)
+	}
+	sb.log.Debug("sandbox created", "network", mode, "readonly", spec.ReadOnly)
 	return sb, nil
+}
+
+// user is the sandbox user, nil when sandboxes run as the runner's uid.
+func (p *Provider) user() *runAs {
+	if p.bw == nil {
+		return nil
+	}
+	return p.bw.user
+}
+
+// stateDir is where the workspace and $HOME of a Spec.StateKey live. The key
+// is hashed: it comes from callers ("project:session") and must not steer
+// the path.
+func (p *Provider) stateDir(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return filepath.Join(p.cfg.Dir, "state", hex.EncodeToString(sum[:16]))
+}
+
+// RemoveState implements sandbox.StateRemover: it deletes the workspace and
+// $HOME kept under key. Removing state that does not exist is not an error.
+func (p *Provider) RemoveState(ctx context.Context, key string) error {
+	if key == "" {
+		return errdefs.Invalidf("remove sandbox state: empty key")
+	}
+	if err := os.RemoveAll(p.stateDir(key)); err != nil {
+		return fmt.Errorf("remove sandbox state: %w", err)
+	}
+	return nil
 }
 
 // Sandbox is one local sandbox.
 type Sandbox struct {
-	root string
-	info sandbox.Info
-	log  *slog.Logger
+	p     *Provider
+	root  string
+	mode  string // network mode
+	spec  sandbox.Spec
+	info  sandbox.Info
+	log   *slog.Logger
+	cg    *cgroup  // nil without limits
+	proxy *proxy   // nil unless mode is "allowlist"
+	args  []string // the bwrap arguments shared by every process
 
 	// mu guards the following.
 	mu        sync.Mutex
@@ -123,71 +326,6 @@ type Sandbox struct {
 
 // Info implements sandbox.Sandbox.
 func (s *Sandbox) Info() sandbox.Info { return s.info }
-
-// Start implements sandbox.Sandbox.
-func (s *Sandbox) Start(ctx context.Context, c sandbox.Cmd) (sandbox.Process, error) {
-	path := c.Path
-	if !filepath.IsAbs(path) {
-		lp, err := lookPath(path, c.Env)
-		if err != nil {
-			return nil, err
-		}
-		path = lp
-	}
-	dir := c.Dir
-	if dir == "" {
-		dir = s.info.Workdir
-	}
-	cmd := exec.Command(path, c.Args...)
-	cmd.Env = append(append([]string(nil), c.Env...), "TMPDIR="+filepath.Join(s.root, "tmp"))
-	cmd.Dir = dir
-	// Own process group so Kill reaches grandchildren; Pdeathsig so a runner
-	// crash does not leave the harness running.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	p := &process{cmd: cmd, stdin: stdin, stdout: stdout, stderr: newTail(8 << 10), done: make(chan struct{})}
-	cmd.Stderr = p.stderr
-	s.mu.Lock()
-	if s.destroyed {
-		s.mu.Unlock()
-		return nil, fmt.Errorf("start in sandbox %s: %w", s.info.ID, errdefs.With(errdefs.ErrConflict, errors.New("sandbox destroyed")))
-	}
-	if err := cmd.Start(); err != nil {
-		s.mu.Unlock()
-		return nil, fmt.Errorf("start %s: %w", path, err)
-	}
-	if s.procs == nil {
-		s.procs = map[*process]struct{}{}
-	}
-	s.procs[p] = struct{}{}
-	s.mu.Unlock()
-	s.log.Debug("process started", logkey.PID, cmd.Process.Pid)
-
-	go func() {
-		p.waitErr = cmd.Wait()
-		close(p.done)
-		s.mu.Lock()
-		delete(s.procs, p)
-		s.mu.Unlock()
-	}()
-	if ctx.Done() != nil {
-		go func() {
-			select {
-			case <-ctx.Done():
-				_ = p.Kill()
-			case <-p.done:
-			}
-		}()
-	}
-	return p, nil
-}
 
 // WriteFile implements sandbox.Sandbox.
 func (s *Sandbox) WriteFile(ctx context.Context, path string, data []byte, mode uint32) error {
@@ -200,7 +338,14 @@ func (s *Sandbox) WriteFile(ctx context.Context, path string, data []byte, mode 
 	if mode == 0 {
 		mode = 0o644
 	}
-	return os.WriteFile(path, data, os.FileMode(mode))
+	if err := os.WriteFile(path, data, os.FileMode(mode)); err != nil {
+		return err
+	}
+	base := s.info.Workdir
+	if within(path, s.info.Home) {
+		base = s.info.Home
+	}
+	return s.p.user().ownFrom(base, path)
 }
 
 // Destroy implements sandbox.Sandbox.
@@ -215,14 +360,34 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	for _, p := range procs {
 		_ = p.Kill()
 	}
+	// Bounded even when ctx is already cancelled: a client that went away
+	// must not leave processes behind.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
 	for _, p := range procs {
 		select {
 		case <-p.done:
-		case <-ctx.Done():
-		case <-time.After(5 * time.Second):
+		case <-wctx.Done():
+		}
+	}
+	return s.teardown()
+}
+
+// teardown frees what Create made; it is safe to call more than once.
+func (s *Sandbox) teardown() error {
+	var errs []error
+	if s.proxy != nil {
+		s.proxy.close()
+	}
+	if s.cg != nil {
+		if err := s.cg.destroy(); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if err := os.RemoveAll(s.root); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("destroy sandbox %s: %w", s.info.ID, err)
 	}
 	return nil
@@ -231,95 +396,4 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 func within(path, dir string) bool {
 	rel, err := filepath.Rel(dir, filepath.Clean(path))
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && !filepath.IsAbs(rel)
-}
-
-// lookPath resolves name against the PATH of the process's own environment,
-// not the runner's.
-func lookPath(name string, env []string) (string, error) {
-	pathVar := ""
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			pathVar = v
-		}
-	}
-	if strings.Contains(name, "/") {
-		return "", errdefs.Invalidf("command %q: relative paths are not allowed", name)
-	}
-	for _, dir := range filepath.SplitList(pathVar) {
-		if dir == "" {
-			continue
-		}
-		p := filepath.Join(dir, name)
-		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", errdefs.With(errdefs.ErrNotFound, fmt.Errorf("command %q not found in PATH %q", name, pathVar))
-}
-
-type process struct {
-	cmd     *exec.Cmd
-	stdin   io.WriteCloser
-	stdout  io.Reader
-	stderr  *tail
-	done    chan struct{}
-	waitErr error
-}
-
-func (p *process) Stdin() io.WriteCloser { return p.stdin }
-func (p *process) Stdout() io.Reader     { return p.stdout }
-func (p *process) StderrTail() string    { return p.stderr.String() }
-
-func (p *process) Kill() error {
-	select {
-	case <-p.done:
-		return nil
-	default:
-	}
-	// The whole group: adapters fork the real agent.
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	return nil
-}
-
-func (p *process) Wait() error {
-	<-p.done
-	return exitError(p.waitErr)
-}
-
-func exitError(err error) error {
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) {
-		return err
-	}
-	out := &sandbox.ExitError{Code: ee.ExitCode()}
-	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		out.Code = -1
-		out.Signal = ws.Signal().String()
-	}
-	return out
-}
-
-// tail keeps the last n bytes written to it.
-type tail struct {
-	mu  sync.Mutex
-	n   int
-	buf []byte
-}
-
-func newTail(n int) *tail { return &tail{n: n} }
-
-func (t *tail) Write(b []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, b...)
-	if len(t.buf) > t.n {
-		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.n:]...)
-	}
-	return len(b), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return strings.TrimSpace(string(t.buf))
 }

@@ -1,0 +1,259 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/agentrunner/runner/internal/logkey"
+)
+
+// proxyListen is where the in-sandbox bridge listens; the sandbox has its
+// own network namespace, so the port never clashes.
+const proxyListen = "127.0.0.1:3128"
+
+// proxyEnv points HTTP clients in the sandbox at the bridge.
+func proxyEnv() []string {
+	u := "http://" + proxyListen
+	return []string{
+		"HTTP_PROXY=" + u, "HTTPS_PROXY=" + u, "http_proxy=" + u, "https_proxy=" + u,
+		"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1",
+	}
+}
+
+// proxy is the host side of network mode "allowlist": an HTTP proxy
+// (CONNECT for TLS, absolute-URI requests for plain HTTP) on a unix socket
+// that is bind-mounted into the sandbox. The sandbox's network namespace
+// has only loopback, so this is its only way out.
+type proxy struct {
+	path    string
+	allow   *allowlist
+	log     *slog.Logger
+	onEvent func(string, map[string]any)
+	srv     *http.Server
+	rp      *httputil.ReverseProxy
+	dialer  net.Dialer
+
+	// wg counts the serve loop and the CONNECT tunnels.
+	wg sync.WaitGroup
+	// mu guards the following.
+	mu      sync.Mutex
+	tunnels map[net.Conn]struct{}
+	closed  bool
+}
+
+func startProxy(path string, allow *allowlist, log *slog.Logger, onEvent func(string, map[string]any)) (*proxy, error) {
+	_ = os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("allowlist proxy: %w", err)
+	}
+	p := &proxy{
+		path: path, allow: allow, log: log, onEvent: onEvent,
+		dialer:  net.Dialer{Timeout: 30 * time.Second},
+		tunnels: map[net.Conn]struct{}{},
+	}
+	p.rp = &httputil.ReverseProxy{
+		// The request already carries the absolute URL it is for.
+		Rewrite:   func(*httputil.ProxyRequest) {},
+		Transport: &http.Transport{Proxy: nil, DialContext: p.dialer.DialContext, ForceAttemptHTTP2: false},
+		ErrorLog:  slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	p.srv = &http.Server{
+		Handler:           p,
+		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	p.wg.Go(func() { _ = p.srv.Serve(ln) })
+	return p, nil
+}
+
+func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var host string
+	var port int
+	if r.Method == http.MethodConnect {
+		h, ps, err := net.SplitHostPort(r.Host)
+		if err != nil {
+			http.Error(w, "CONNECT needs host:port", http.StatusBadRequest)
+			return
+		}
+		host, port = h, atoiPort(ps)
+	} else {
+		if r.URL.Scheme != "http" || r.URL.Host == "" {
+			http.Error(w, "this is a proxy: send an absolute http:// URL or CONNECT", http.StatusBadRequest)
+			return
+		}
+		host, port = r.URL.Hostname(), 80
+		if ps := r.URL.Port(); ps != "" {
+			port = atoiPort(ps)
+		}
+	}
+	if !p.allow.allows(host, port) {
+		p.log.Info("network blocked", "host", host, "port", port)
+		if p.onEvent != nil {
+			p.onEvent("network.blocked", map[string]any{"host": host, "port": port})
+		}
+		http.Error(w, "blocked by the sandbox network allowlist: "+host, http.StatusForbidden)
+		return
+	}
+	if r.Method != http.MethodConnect {
+		p.rp.ServeHTTP(w, r)
+		return
+	}
+	p.tunnel(w, r)
+}
+
+func (p *proxy) tunnel(w http.ResponseWriter, r *http.Request) {
+	up, err := p.dialer.DialContext(r.Context(), "tcp", r.Host)
+	if err != nil {
+		p.log.Debug("proxy dial", "host", r.Host, logkey.Error, err)
+		http.Error(w, "dial "+r.Host+": "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	down, buf, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		up.Close()
+		return
+	}
+	if !p.track(up, down) {
+		up.Close()
+		down.Close()
+		return
+	}
+	defer p.untrack(up, down)
+	if _, err := down.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		// Bytes the client sent after the CONNECT head are in buf.
+		_, _ = io.Copy(up, buf)
+		closeWrite(up)
+	})
+	_, _ = io.Copy(down, up)
+	closeWrite(down)
+	wg.Wait()
+}
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+}
+
+func (p *proxy) track(cs ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	for _, c := range cs {
+		p.tunnels[c] = struct{}{}
+	}
+	return true
+}
+
+func (p *proxy) untrack(cs ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range cs {
+		c.Close()
+		delete(p.tunnels, c)
+	}
+}
+
+// close stops the proxy and returns once every connection is gone.
+func (p *proxy) close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	for c := range p.tunnels {
+		c.Close()
+	}
+	p.mu.Unlock()
+	_ = p.srv.Close()
+	p.wg.Wait()
+	_ = os.Remove(p.path)
+}
+
+func atoiPort(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// ProxyBridgeMain is the in-sandbox half of network mode "allowlist"; the
+// runner mounts it as a hidden subcommand and names it in
+// Config.ProxyBridge. args are: SOCKET LISTEN -- COMMAND [ARG...]. It
+// listens on LISTEN (loopback TCP, what HTTP_PROXY points to), relays every
+// connection to the host proxy at SOCKET, runs COMMAND with its own stdio
+// and environment, and exits with COMMAND's status. A Go helper rather than
+// socat: the sandbox needs no extra package and the runner binary is
+// already there.
+func ProxyBridgeMain(args []string) int {
+	if len(args) < 4 || args[2] != "--" {
+		fmt.Fprintln(os.Stderr, "usage: SOCKET LISTEN -- COMMAND [ARG...]")
+		return 2
+	}
+	sock, listen, argv := args[0], args[1], args[3:]
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "proxy bridge:", err)
+		return 1
+	}
+	defer ln.Close()
+	var wg sync.WaitGroup
+	wg.Go(func() { acceptBridge(ln, sock) })
+	code := runChild(argv)
+	// The process exits next; closing the listener ends the accept loop,
+	// and open relays die with the sandbox.
+	ln.Close()
+	wg.Wait()
+	return code
+}
+
+func acceptBridge(ln net.Listener, sock string) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		go relay(c, sock)
+	}
+}
+
+func relay(c net.Conn, sock string) {
+	defer c.Close()
+	var d net.Dialer
+	up, err := d.DialContext(context.Background(), "unix", sock)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	done := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(up, c)
+		closeWrite(up)
+		close(done)
+	}()
+	_, _ = io.Copy(c, up)
+	closeWrite(c)
+	<-done
+}
