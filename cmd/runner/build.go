@@ -148,11 +148,7 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 	for _, name := range cfg.EnabledProviders {
 		switch name {
 		case "local":
-			p, err := local.New(local.Config{
-				Dir:       filepath.Join(cfg.DataDir, "sandboxes"),
-				Isolation: cfg.LocalIsolation,
-				Logger:    log,
-			})
+			p, err := newLocal(cfg, log)
 			if err != nil {
 				return nil, fmt.Errorf("local sandbox provider: %w", err)
 			}
@@ -235,4 +231,40 @@ func newDaytona(cfg config.Config, replica string, log *slog.Logger) (*daytona.P
 		Version:           version,
 		RunnerID:          replica,
 	}, log)
+}
+
+// newLocal builds the local provider. This binary doubles as the
+// in-sandbox proxy bridge that network mode "allowlist" needs.
+func newLocal(cfg config.Config, log *slog.Logger) (*local.Provider, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("locate the runner binary for the proxy bridge: %w", err)
+	}
+	if resolved, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = resolved
+	}
+	limit := func(n int) int {
+		if n == 0 {
+			return local.NoLimit
+		}
+		return n
+	}
+	cpus := cfg.LocalCPUs
+	if cpus == 0 {
+		cpus = local.NoLimit
+	}
+	return local.New(local.Config{
+		Dir:         filepath.Join(cfg.DataDir, "sandboxes"),
+		DataDir:     cfg.DataDir,
+		Isolation:   cfg.LocalIsolation,
+		Bwrap:       cfg.LocalBwrap,
+		Hide:        cfg.LocalHide,
+		MemoryMB:    limit(cfg.LocalMemoryMB),
+		Pids:        limit(cfg.LocalPids),
+		CPUs:        cpus,
+		ProxyBridge: []string{exe, "sandbox-proxy-bridge"},
+		SandboxUID:  cfg.LocalUID,
+		SandboxGID:  cfg.LocalGID,
+		Logger:      log,
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/agentrunner/runner/internal/sandbox/local"
 	"github.com/agentrunner/runner/internal/sandboxd"
 	"github.com/agentrunner/runner/internal/tools/relay"
 )
@@ -47,6 +48,10 @@ func run(ctx context.Context, args []string, environ []string, stdin io.Reader, 
 		// Started by a harness inside a sandbox: relays MCP to the runner,
 		// over the relay socket (local) or the in-sandbox daemon (remote).
 		return mcpStdio(ctx, args[1:], envLookup(environ), stdin, stdout, stderr)
+	case "sandbox-proxy-bridge":
+		// Inside a local sandbox with a network allowlist: bridges the
+		// harness's proxy port to the runner's proxy socket.
+		return local.ProxyBridgeMain(args[1:])
 	case "sandboxd":
 		// The in-sandbox daemon of remote providers.
 		return sandboxd.Main(ctx, args[1:], envLookup(environ), stdout, stderr)

@@ -36,6 +36,10 @@ type Config struct {
 	LocalMemoryMB  int
 	LocalPids      int
 	LocalCPUs      float64
+	LocalHide      []string
+	LocalUID       int
+	LocalGID       int
+	LocalBwrap     string
 
 	DatabaseURL string
 
@@ -96,9 +100,13 @@ func Load(environ []string) (Config, []string, error) {
 		ReplicaID:        l.str("AGENTA_RUNNER_REPLICA_ID", ""),
 		LogLevel:         strings.ToLower(l.str("AGENTA_RUNNER_LOG_LEVEL", "info")),
 		LocalIsolation:   strings.ToLower(l.str("AGENTA_RUNNER_LOCAL_ISOLATION", "bwrap")),
-		LocalMemoryMB:    l.strictInt("AGENTA_RUNNER_LOCAL_MEMORY_MB", 4096, 16, 1<<30),
-		LocalPids:        l.strictInt("AGENTA_RUNNER_LOCAL_PIDS", 1024, 8, 1<<22),
+		LocalMemoryMB:    l.limit("AGENTA_RUNNER_LOCAL_MEMORY_MB", 4096, 16),
+		LocalPids:        l.limit("AGENTA_RUNNER_LOCAL_PIDS", 1024, 8),
 		LocalCPUs:        l.float("AGENTA_RUNNER_LOCAL_CPUS", 2),
+		LocalHide:        l.paths("AGENTA_RUNNER_LOCAL_HIDE"),
+		LocalUID:         l.strictInt("AGENTA_RUNNER_LOCAL_SANDBOX_UID", 0, 0, 1<<31-1),
+		LocalGID:         l.strictInt("AGENTA_RUNNER_LOCAL_SANDBOX_GID", 0, 0, 1<<31-1),
+		LocalBwrap:       l.str("AGENTA_RUNNER_LOCAL_BWRAP", ""),
 		DatabaseURL:      l.str("AGENTA_RUNNER_DATABASE_URL", ""),
 		KeepAlive:        l.boolean("AGENTA_RUNNER_SESSION_KEEPALIVE", true),
 		PoolMax:          l.lenientInt("AGENTA_RUNNER_SESSION_POOL_MAX", 8),
@@ -161,8 +169,8 @@ func Load(environ []string) (Config, []string, error) {
 	default:
 		l.fail(fmt.Sprintf("AGENTA_RUNNER_LOG_LEVEL %q: use debug, info, warn, error or silent", c.LogLevel))
 	}
-	if c.LocalCPUs <= 0 {
-		l.fail("AGENTA_RUNNER_LOCAL_CPUS must be a positive number")
+	if c.LocalCPUs < 0 {
+		l.fail("AGENTA_RUNNER_LOCAL_CPUS must be a positive number, or 0 for no limit")
 	}
 
 	// Daytona: both documented spellings.

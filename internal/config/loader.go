@@ -70,6 +70,36 @@ func (l *loader) strictInt(k string, def, lo, hi int) int {
 	return n
 }
 
+// limit is a resource limit: 0 means none, otherwise at least lo.
+func (l *loader) limit(k string, def, lo int) int {
+	v, ok := l.env[k]
+	if !ok {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || (n != 0 && n < lo) {
+		l.fail(fmt.Sprintf("%s=%q: want 0 (no limit) or an integer of at least %d", k, v, lo))
+		return def
+	}
+	return n
+}
+
+// paths is a ':'-separated list of absolute paths.
+func (l *loader) paths(k string) []string {
+	var out []string
+	for _, p := range strings.Split(l.env[k], ":") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		if !strings.HasPrefix(p, "/") {
+			l.fail(fmt.Sprintf("%s: %q is not an absolute path", k, p))
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
 func (l *loader) firstInt(def int, keys ...string) int {
 	for _, k := range keys {
 		if _, ok := l.env[k]; ok {

@@ -1,0 +1,107 @@
+package config_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentrunner/runner/internal/config"
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestDefaults(t *testing.T) {
+	c, warnings, err := config.Load([]string{"HOME=/home/u"})
+	if err != nil || len(warnings) > 0 {
+		t.Fatalf("err %v warnings %v", err, warnings)
+	}
+	got := map[string]any{
+		"addr": c.Addr(), "providers": c.EnabledProviders, "default": c.DefaultProvider, "isolation": c.LocalIsolation,
+		"data": c.DataDir, "keepalive": c.KeepAlive, "pool": c.PoolMax, "ttl": c.SessionTTL, "approval": c.ApprovalTTL,
+		"limit": c.ConcurrencyLimit, "body": c.MaxBodyBytes, "history": c.HistoryMaxChars, "ping": c.PingInterval,
+	}
+	want := map[string]any{
+		"addr": "127.0.0.1:8765", "providers": []string{"local"}, "default": "local", "isolation": "bwrap",
+		"data": "/home/u/.local/state/runner", "keepalive": true, "pool": 8, "ttl": time.Minute, "approval": 10 * time.Minute,
+		"limit": 1000, "body": int64(32 << 20), "history": 100000, "ping": 15 * time.Second,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Error(diff)
+	}
+	if err := c.RequireServe(); err == nil || !strings.Contains(err.Error(), "openssl rand -hex 32") {
+		t.Errorf("serve without a token: %v", err)
+	}
+}
+
+func TestEveryProblemReportedTogether(t *testing.T) {
+	_, _, err := config.Load([]string{
+		"AGENTA_RUNNER_PORT=0",
+		"AGENTA_RUNNER_ENABLED_SANDBOX_PROVIDERS=local,,e2b,local",
+		"AGENTA_RUNNER_LOCAL_ISOLATION=chroot",
+		"AGENTA_RUNNER_HARNESS_BAD-NAME=x",
+		"AGENTA_RUNNER_HARNESS_QUOTE=\"unterminated",
+	})
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{"AGENTA_RUNNER_PORT", "empty entry", `unknown provider "e2b"`, `lists "local" twice`, "AGENTA_RUNNER_LOCAL_ISOLATION", "AGENTA_RUNNER_HARNESS_BAD-NAME", "AGENTA_RUNNER_HARNESS_QUOTE"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}
+
+func TestDaytonaSettings(t *testing.T) {
+	_, _, err := config.Load([]string{"AGENTA_RUNNER_ENABLED_SANDBOX_PROVIDERS=local,daytona"})
+	if err == nil || !strings.Contains(err.Error(), "DAYTONA_API_KEY") {
+		t.Fatalf("daytona without a key: %v", err)
+	}
+	c, warnings, err := config.Load([]string{
+		"AGENTA_RUNNER_ENABLED_SANDBOX_PROVIDERS=local,daytona", "SANDBOX_AGENT_PROVIDER=daytona",
+		"AGENTA_RUNNER_DAYTONA_API_KEY=k", "DAYTONA_AUTOSTOP=1", "AGENTA_RUNNER_DAYTONA_SESSION_IDLE_TTL_MS=120000",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DefaultProvider != "daytona" || c.Daytona.APIKey != "k" || c.Daytona.AutoStopMinutes != 1 || c.Daytona.AutoDeleteMinutes != 30 || !c.Daytona.OpaqueSecrets {
+		t.Errorf("daytona config %+v default %s", c.Daytona, c.DefaultProvider)
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "not below DAYTONA_AUTOSTOP") {
+		t.Errorf("warnings %v", warnings)
+	}
+	if !strings.Contains(c.Summary(), "daytona_key=set(1 chars)") || strings.Contains(c.Summary(), "=k ") {
+		t.Errorf("summary not redacted: %s", c.Summary())
+	}
+}
+
+func TestTimersNeverFireNow(t *testing.T) {
+	c, warnings, err := config.Load([]string{"AGENTA_RUNNER_SESSION_TTL_MS=soon", "AGENTA_RUNNER_RUN_IDLE_TIMEOUT_MS=-5", "AGENTA_RUNNER_SESSION_POOL_MAX=x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.SessionTTL != time.Minute || c.RunIdleTimeout != time.Millisecond || c.PoolMax != 8 || len(warnings) != 3 {
+		t.Errorf("ttl %v idle %v pool %d warnings %v", c.SessionTTL, c.RunIdleTimeout, c.PoolMax, warnings)
+	}
+}
+
+func TestHarnessOverrides(t *testing.T) {
+	c, _, err := config.Load([]string{`AGENTA_RUNNER_HARNESS_MYAGENT=/opt/my agent/bin --acp "two words"`, "AGENTA_RUNNER_HARNESS_CLAUDE=/usr/local/bin/claude-acp", "AGENTA_RUNNER_HARNESS_DIR=/h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"/opt/my", "agent/bin", "--acp", "two words"}, c.Harnesses["myagent"].Command); diff != "" {
+		t.Error(diff)
+	}
+	if h := c.Harnesses["claude"]; !h.Custom || h.Command[0] != "/usr/local/bin/claude-acp" {
+		t.Errorf("claude override %+v", h)
+	}
+	if _, ok := c.Harnesses["dir"]; ok || c.HarnessDir != "/h" {
+		t.Error("AGENTA_RUNNER_HARNESS_DIR taken for a harness")
+	}
+}
+
+func TestEmptyValuesAreUnset(t *testing.T) {
+	c, _, err := config.Load([]string{"AGENTA_RUNNER_HOST=", "AGENTA_RUNNER_PORT=  "})
+	if err != nil || c.Addr() != "127.0.0.1:8765" {
+		t.Fatalf("%v %s", err, c.Addr())
+	}
+}
