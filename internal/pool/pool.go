@@ -271,6 +271,15 @@ func (p *Pool) Evict(key, reason string) bool {
 	return ok
 }
 
+// TTL is how long an entry parked now stays: the approval TTL when it
+// awaits a decision, else the idle TTL.
+func (p *Pool) TTL(awaiting bool) time.Duration {
+	if awaiting {
+		return p.cfg.ApprovalTTL
+	}
+	return p.cfg.IdleTTL
+}
+
 // Len is the number of parked entries.
 func (p *Pool) Len() int {
 	p.mu.Lock()

@@ -18,7 +18,9 @@ type recorder struct {
 	done     chan string
 }
 
-func newRecorder() *recorder { return &recorder{released: map[string]string{}, done: make(chan string, 100)} }
+func newRecorder() *recorder {
+	return &recorder{released: map[string]string{}, done: make(chan string, 100)}
+}
 
 func (r *recorder) entry(key string) *pool.Entry {
 	return &pool.Entry{Key: key, Release: func(ctx context.Context, reason string) {

@@ -42,11 +42,16 @@ type option func(*runner.Config)
 
 func newEnv(t *testing.T, opts ...option) *env {
 	t.Helper()
-	dir := t.TempDir()
-	p, err := local.New(local.Config{Dir: filepath.Join(dir, "sandboxes"), Isolation: "none"})
+	p, err := local.New(local.Config{Dir: filepath.Join(t.TempDir(), "sandboxes"), Isolation: "none"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newEnvWith(t, []sandbox.Provider{p}, opts...)
+}
+
+func newEnvWith(t *testing.T, providers []sandbox.Provider, opts ...option) *env {
+	t.Helper()
+	dir := t.TempDir()
 	st, err := sqlite.Open(t.Context(), filepath.Join(dir, "runner.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +76,7 @@ func newEnv(t *testing.T, opts ...option) *env {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	svc, err := runner.New(cfg, []sandbox.Provider{p}, &acp.Driver{ClientVersion: "test", CancelGrace: 2 * time.Second}, st)
+	svc, err := runner.New(cfg, providers, &acp.Driver{ClientVersion: "test", CancelGrace: 2 * time.Second}, st)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -373,7 +373,8 @@ func (s *Service) claim(ctx context.Context, t *turn) error {
 	if t.key == "" {
 		return nil
 	}
-	if _, err := s.store.AcquireLease(ctx, t.plan.req.SessionID, s.cfg.ReplicaID, time.Now(), s.cfg.LeaseTTL); err != nil {
+	now := time.Now()
+	if _, err := s.store.AcquireLease(ctx, t.plan.req.SessionID, s.cfg.ReplicaID, now, s.cfg.LeaseTTL); err != nil {
 		s.unclaim(t)
 		var le *store.LeaseError
 		if errors.As(err, &le) {
@@ -381,6 +382,7 @@ func (s *Service) claim(ctx context.Context, t *turn) error {
 		}
 		return fmt.Errorf("lease session %s: %w", t.plan.req.SessionID, err)
 	}
+	t.leaseUntil = now.Add(s.cfg.LeaseTTL)
 	return nil
 }
 

@@ -35,6 +35,10 @@ type turn struct {
 	caps   *wire.Capabilities
 	index  int // ledger index, -1 without a session
 	evlog  *eventLog
+	// leaseUntil is when the session lease this turn holds runs out.
+	leaseUntil time.Time
+	// begun is the session record as the turn began.
+	begun store.Session
 	// priorSeq is the session log's last sequence number before this turn
 	// when the caller sent only its newest message; 0 otherwise.
 	priorSeq int64
@@ -157,6 +161,10 @@ func (t *turn) run(ctx context.Context) (out agent.Outcome, err error) {
 	if _, err := t.begin(ctx); err != nil {
 		return agent.Outcome{}, err
 	}
+	if t.key != "" {
+		stop := t.keepLease()
+		defer stop()
+	}
 	var lv *live
 	mode := "new"
 	defer func() { t.settle(lv, out, err) }()
@@ -252,6 +260,7 @@ func (t *turn) begin(ctx context.Context) ([]wire.Message, error) {
 		return nil, fmt.Errorf("begin turn of session %s: %w", sess.ID, err)
 	}
 	t.index = begun.Index
+	t.begun = sess
 	t.mu.Lock()
 	t.seq = sess.LastSeq
 	t.evlog = newEventLog(st, sess.ID, t.log)
@@ -492,8 +501,10 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 		if _, e := t.svc.store.EndTurn(ctx, rec); e != nil {
 			t.log.Error("record turn outcome", logkey.Error, e)
 		}
-		if _, e := t.svc.store.PutSession(ctx, sessRec); e != nil {
-			t.log.Error("record session", logkey.Error, e)
+		if sessRec.SandboxID != t.begun.SandboxID || sessRec.AgentSessionID != t.begun.AgentSessionID || sessRec.Harness != t.begun.Harness || sessRec.SandboxProvider != t.begun.SandboxProvider {
+			if _, e := t.svc.store.PutSession(ctx, sessRec); e != nil {
+				t.log.Error("record session", logkey.Error, e)
+			}
 		}
 	}
 	if t.tools != nil {
@@ -513,7 +524,10 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 	}
 	if t.key != "" && t.svc.pools[lv.provider] != nil && err == nil && (status == store.TurnCompleted || status == store.TurnPaused) {
 		lv.historyFP = historyFingerprint(t.plan.req.Messages)
-		t.svc.park(t.key, lv, status == store.TurnPaused)
+		t.mu.Lock()
+		until := t.leaseUntil
+		t.mu.Unlock()
+		t.svc.park(t.key, lv, status == store.TurnPaused, until)
 		return
 	}
 	reason := pool.ReasonFailedTurn
@@ -529,18 +543,21 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 
 // park keeps lv warm in the pool and extends the session's lease to cover
 // the time it stays there.
-func (s *Service) park(key string, lv *live, awaiting bool) {
-	ttl := s.cfg.SessionTTL
-	if awaiting {
-		ttl = s.cfg.ApprovalTTL
-	}
+func (s *Service) park(key string, lv *live, awaiting bool, leaseUntil time.Time) {
+	ttl := s.pools[lv.provider].TTL(awaiting)
 	sessionID := lv.sb.Info().ID
 	if i := strings.Index(key, ":"); i >= 0 {
 		sessionID = key[i+1:]
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	_, _ = s.store.AcquireLease(ctx, sessionID, s.cfg.ReplicaID, time.Now(), ttl+s.cfg.LeaseTTL)
-	cancel()
+	// Renew only when the lease the turn holds would lapse while parked: a
+	// write per warm turn saved.
+	if now := time.Now(); leaseUntil.Before(now.Add(ttl + 10*time.Second)) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if _, err := s.store.AcquireLease(ctx, sessionID, s.cfg.ReplicaID, now, ttl+s.cfg.LeaseTTL); err != nil {
+			s.log.Warn("renew session lease for the warm harness", logkey.Session, sessionID, logkey.Error, err)
+		}
+		cancel()
+	}
 	s.pools[lv.provider].Park(&pool.Entry{Key: key, Value: lv, Release: func(ctx context.Context, reason string) {
 		lv.release(ctx, s, reason)
 		s.releaseLease(sessionID)
@@ -708,4 +725,35 @@ func (t *turn) env(info sandbox.Info) []string {
 		env = append(env, k+"="+t.plan.env[k])
 	}
 	return env
+}
+
+// keepLease renews the turn's session lease while it runs, so a long turn
+// is never taken over by another replica. It returns a stop function.
+func (t *turn) keepLease() (stop func()) {
+	every := t.svc.cfg.LeaseTTL / 3
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-tick.C:
+				ctx, cancel := context.WithTimeout(context.Background(), every)
+				_, err := t.svc.store.AcquireLease(ctx, t.plan.req.SessionID, t.svc.cfg.ReplicaID, now, t.svc.cfg.LeaseTTL)
+				cancel()
+				if err != nil {
+					t.log.Error("session lease lost during the turn", logkey.Error, err)
+					continue
+				}
+				t.mu.Lock()
+				t.leaseUntil = now.Add(t.svc.cfg.LeaseTTL)
+				t.mu.Unlock()
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,13 +35,14 @@ import (
 //	write <path> <text>            writes a file; says ok or the error
 //	exec <shell command>           runs sh -c; says output and exit status
 //	env                            says its environment, sorted
+//	connect <host:port>            dials TCP; says ok or the error
 //	history                        says the prompts this session has seen
 //	usage <in> <out>               reports token usage in the prompt result
 //	update <json>                  sends a raw session/update
 //	flood <n>                      n message deltas
 //	mcp <server> <tool> <json>     calls a tool of a stdio MCP server from session/new
 //	stop <reason>                  ends the turn with this stopReason
-const Directives = "say think tool toolupdate permission sleep crash pid read write exec env history usage update flood mcp stop"
+const Directives = "say think tool toolupdate permission sleep crash pid read write exec env connect history usage update flood mcp stop"
 
 type fakeAgent struct {
 	conn  *jsonrpc.Conn
@@ -411,6 +413,14 @@ func (r *turn) do(verb, arg string) {
 		env := os.Environ()
 		sort.Strings(env)
 		r.say(strings.Join(env, "\n") + "\n")
+	case "connect":
+		c, err := net.DialTimeout("tcp", arg, 3*time.Second)
+		if err != nil {
+			r.say("connect error: " + err.Error() + "\n")
+			return
+		}
+		c.Close()
+		r.say("connect ok\n")
 	case "history":
 		r.say(fmt.Sprintf("history %d: %s\n", len(r.s.Prompts), strings.Join(r.s.Prompts, " | ")))
 	case "usage":
