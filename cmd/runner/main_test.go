@@ -22,6 +22,14 @@ import (
 
 func TestMain(m *testing.M) {
 	agenttest.MaybeRun()
+	// Inside sandboxes the runner binary is invoked for these; in tests
+	// that binary is this one.
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "sandbox-proxy-bridge", "mcp-stdio", "sandboxd":
+			os.Exit(run(context.Background(), os.Args[1:], os.Environ(), os.Stdin, os.Stdout, os.Stderr))
+		}
+	}
 	os.Exit(m.Run())
 }
 

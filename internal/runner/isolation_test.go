@@ -157,3 +157,49 @@ func TestToolCallWithNetworkOff(t *testing.T) {
 		t.Fatalf("network off: the sandbox must not reach the callback itself, yet its tool call must work:\n%s", out)
 	}
 }
+
+// TestAllowlistReachesOnlyListedLoopbackServices: under network
+// "allowlist" a service on the host's loopback is reachable at its own
+// address when listed (a local model server), and nothing else is.
+func TestAllowlistReachesOnlyListedLoopbackServices(t *testing.T) {
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Skip("bwrap not installed")
+	}
+	exe, _ := os.Executable()
+	short, err := os.MkdirTemp("", "rl") // unix socket paths are short
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(short) })
+	p, err := local.New(local.Config{Dir: short, Isolation: "bwrap", MemoryMB: local.NoLimit, Pids: local.NoLimit, CPUs: local.NoLimit,
+		ProxyBridge: []string{exe, "sandbox-proxy-bridge"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvWith(t, []sandbox.Provider{p})
+	listen := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+		return ln.Addr().String()
+	}
+	listed, unlisted := listen(), listen()
+	w := req{session: "s", messages: []string{"connect " + listed + "\nconnect " + unlisted}}.wire()
+	w.SandboxPermission = &wire.SandboxPermission{Network: &wire.NetworkPermission{Mode: "allowlist", Allowlist: []string{listed}}}
+	out := e.runW(t, w)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || lines[0] != "connect ok" || !strings.HasPrefix(lines[1], "connect error") {
+		t.Fatalf("listed must connect, unlisted must not:\n%s", out)
+	}
+}

@@ -28,6 +28,9 @@ func TestMain(m *testing.M) {
 	agenttest.MaybeRun()
 	maybeShim()
 	maybeRemote()
+	if len(os.Args) > 1 && os.Args[1] == "sandbox-proxy-bridge" {
+		os.Exit(local.ProxyBridgeMain(os.Args[2:]))
+	}
 	os.Exit(m.Run())
 }
 

@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -305,7 +307,11 @@ func (b *bwrap) command(s *Sandbox, path string, argv, env []string, dir string)
 	}
 	if s.proxy != nil {
 		line = append(line, b.bridge...)
-		line = append(line, s.proxy.path, proxyListen, "--")
+		line = append(line, s.proxy.path, proxyListen)
+		for _, addr := range loopbackForwards(s.spec.Network.Allow) {
+			line = append(line, "--forward", addr)
+		}
+		line = append(line, "--")
 	}
 	line = append(line, path)
 	line = append(line, argv...)
@@ -427,4 +433,36 @@ func (p *Provider) probe(ctx context.Context) error {
 		return fmt.Errorf("a trivial sandbox failed: %w", err)
 	}
 	return nil
+}
+
+// loopbackForwards are the allowlist's host:port entries on the host's
+// loopback (a model server on localhost): the bridge serves each at the
+// same address on the sandbox's own loopback.
+func loopbackForwards(allow []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, e := range allow {
+		e = strings.TrimPrefix(strings.TrimPrefix(e, "http://"), "https://")
+		if i := strings.IndexByte(e, '/'); i >= 0 {
+			e = e[:i]
+		}
+		host, port, err := net.SplitHostPort(e)
+		if err != nil || port == "" {
+			continue
+		}
+		if host == "localhost" {
+			host = "127.0.0.1"
+		}
+		ip := net.ParseIP(host)
+		if ip == nil || !ip.IsLoopback() || ip.To4() == nil {
+			continue
+		}
+		addr := net.JoinHostPort(host, port)
+		if addr == proxyListen || seen[addr] {
+			continue
+		}
+		seen[addr] = true
+		out = append(out, addr)
+	}
+	return out
 }

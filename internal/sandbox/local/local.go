@@ -262,7 +262,12 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandb
 		}
 	}
 	if mode == "allowlist" {
-		sb.proxy, err = startProxy(filepath.Join(root, "proxy.sock"), allow, sb.log, spec.OnEvent)
+		sock := filepath.Join(root, "proxy.sock")
+		if len(sock) > 107 { // sun_path
+			sb.teardown()
+			return nil, errdefs.Unprocessablef("network mode allowlist: the proxy socket path %s is longer than a unix socket allows (108 bytes); use a shorter AGENTA_RUNNER_DATA_DIR", sock)
+		}
+		sb.proxy, err = startProxy(sock, allow, sb.log, spec.OnEvent)
 		if err == nil {
 			err = p.user().own(sb.proxy.path)
 		}

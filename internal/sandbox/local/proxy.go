@@ -1,6 +1,7 @@
 package local
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -205,11 +206,22 @@ func atoiPort(s string) int {
 // socat: the sandbox needs no extra package and the runner binary is
 // already there.
 func ProxyBridgeMain(args []string) int {
-	if len(args) < 4 || args[2] != "--" {
-		fmt.Fprintln(os.Stderr, "usage: SOCKET LISTEN -- COMMAND [ARG...]")
+	if len(args) < 4 {
+		fmt.Fprintln(os.Stderr, "usage: SOCKET LISTEN [--forward HOST:PORT]... -- COMMAND [ARG...]")
 		return 2
 	}
-	sock, listen, argv := args[0], args[1], args[3:]
+	sock, listen := args[0], args[1]
+	rest := args[2:]
+	var forwards []string
+	for len(rest) >= 2 && rest[0] == "--forward" {
+		forwards = append(forwards, rest[1])
+		rest = rest[2:]
+	}
+	if len(rest) < 2 || rest[0] != "--" {
+		fmt.Fprintln(os.Stderr, "usage: SOCKET LISTEN [--forward HOST:PORT]... -- COMMAND [ARG...]")
+		return 2
+	}
+	argv := rest[1:]
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "proxy bridge:", err)
@@ -217,16 +229,28 @@ func ProxyBridgeMain(args []string) int {
 	}
 	defer ln.Close()
 	var wg sync.WaitGroup
-	wg.Go(func() { acceptBridge(ln, sock) })
+	wg.Go(func() { acceptBridge(ln, sock, "") })
+	// Allowlisted services on the host's loopback (a local model server)
+	// appear on the sandbox's own loopback at the same address, tunnelled
+	// through the proxy, so programs that ignore HTTP_PROXY reach them too.
+	for _, addr := range forwards {
+		fl, err := net.Listen("tcp", addr)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "proxy bridge: forward", addr+":", err)
+			continue
+		}
+		defer fl.Close()
+		wg.Go(func() { acceptBridge(fl, sock, addr) })
+	}
 	code := runChild(argv)
-	// The process exits next; closing the listener ends the accept loop,
+	// The process exits next; closing the listeners ends the accept loops,
 	// and open relays die with the sandbox.
 	ln.Close()
 	wg.Wait()
 	return code
 }
 
-func acceptBridge(ln net.Listener, sock string) {
+func acceptBridge(ln net.Listener, sock, connect string) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -235,11 +259,13 @@ func acceptBridge(ln net.Listener, sock string) {
 			}
 			continue
 		}
-		go relay(c, sock)
+		go relay(c, sock, connect)
 	}
 }
 
-func relay(c net.Conn, sock string) {
+// relay splices c to the proxy socket; with connect set, it first opens a
+// CONNECT tunnel to that address, so c speaks straight to it.
+func relay(c net.Conn, sock, connect string) {
 	defer c.Close()
 	var d net.Dialer
 	up, err := d.DialContext(context.Background(), "unix", sock)
@@ -247,6 +273,22 @@ func relay(c net.Conn, sock string) {
 		return
 	}
 	defer up.Close()
+	if connect != "" {
+		if _, err := fmt.Fprintf(up, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", connect, connect); err != nil {
+			return
+		}
+		br := bufio.NewReader(up)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return
+		}
+		if br.Buffered() > 0 {
+			b, _ := br.Peek(br.Buffered())
+			if _, err := c.Write(b); err != nil {
+				return
+			}
+		}
+	}
 	done := make(chan struct{})
 	go func() {
 		_, _ = io.Copy(up, c)
