@@ -375,3 +375,26 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestColdReloadViaSessionLoad: with the harness gone, the next turn of a
+// session starts a new process that reloads its own transcript from the
+// session's durable $HOME (session/load), and is sent only the new text.
+func TestColdReloadViaSessionLoad(t *testing.T) {
+	e := newEnv(t, func(c *runner.Config) { c.KeepAlive = false })
+	first := e.turn(t, req{session: "s", messages: []string{"say remember heron\npid"}})
+	second := e.turn(t, req{session: "s", messages: []string{"say remember heron\npid", first.res.Output, "history\npid"}})
+	if second.mode != "load" || second.pid == first.pid {
+		t.Fatalf("mode %q pids %s/%s", second.mode, first.pid, second.pid)
+	}
+	if !strings.Contains(second.res.Output, "history 1: say remember heron") || strings.Contains(second.res.Output, "Conversation so far") {
+		t.Fatalf("reloaded turn: %q", second.res.Output)
+	}
+	// A failed turn may leave a partial transcript: the next turn replays.
+	if _, err := e.svc.Run(t.Context(), req{session: "s", messages: []string{"crash 2"}}.wire(), nil); err == nil {
+		t.Fatal("crash turn succeeded")
+	}
+	third := e.turn(t, req{session: "s", messages: []string{"say after the crash"}})
+	if third.mode != "replay" {
+		t.Fatalf("after a failed turn: mode %q", third.mode)
+	}
+}
