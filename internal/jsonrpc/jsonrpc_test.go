@@ -1,0 +1,102 @@
+package jsonrpc_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"sync"
+	"testing"
+
+	"github.com/agentrunner/runner/internal/jsonrpc"
+	"github.com/google/go-cmp/cmp"
+)
+
+// pair connects two Conns through pipes.
+func pair(t *testing.T, a, b jsonrpc.Handler) (*jsonrpc.Conn, *jsonrpc.Conn, func()) {
+	ar, bw := io.Pipe()
+	br, aw := io.Pipe()
+	ca := jsonrpc.New(ar, aw, a)
+	cb := jsonrpc.New(br, bw, b)
+	return ca, cb, func() {
+		aw.Close()
+		bw.Close()
+		ca.Close()
+		cb.Close()
+	}
+}
+
+func TestNotificationsArriveBeforeTheResponse(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	client := jsonrpc.HandlerFunc(func(ctx context.Context, method string, params json.RawMessage, notify bool) (any, error) {
+		mu.Lock()
+		got = append(got, method)
+		mu.Unlock()
+		return nil, nil
+	})
+	var server *jsonrpc.Conn
+	serverH := jsonrpc.HandlerFunc(func(ctx context.Context, method string, params json.RawMessage, notify bool) (any, error) {
+		for i := 0; i < 50; i++ {
+			_ = server.Notify("update", map[string]int{"i": i})
+		}
+		return map[string]string{"stopReason": "end_turn"}, nil
+	})
+	c, s, done := pair(t, client, serverH)
+	server = s
+	defer done()
+	var res struct {
+		StopReason string `json:"stopReason"`
+	}
+	if err := c.Call(t.Context(), "prompt", nil, &res); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if res.StopReason != "end_turn" || len(got) != 50 {
+		t.Fatalf("result %+v after %d notifications", res, len(got))
+	}
+}
+
+func TestErrorsAndClosedPeer(t *testing.T) {
+	server := jsonrpc.HandlerFunc(func(ctx context.Context, method string, params json.RawMessage, notify bool) (any, error) {
+		if method == "boom" {
+			return nil, &jsonrpc.Error{Code: -32002, Message: "resource not found"}
+		}
+		return nil, errors.New("plain failure")
+	})
+	c, _, done := pair(t, nil, server)
+	var rerr *jsonrpc.Error
+	if err := c.Call(t.Context(), "boom", nil, nil); !errors.As(err, &rerr) || rerr.Code != -32002 {
+		t.Fatalf("boom: %v", err)
+	}
+	if err := c.Call(t.Context(), "other", nil, nil); !errors.As(err, &rerr) || rerr.Code != jsonrpc.CodeInternal || rerr.Message != "plain failure" {
+		t.Fatalf("other: %v", err)
+	}
+	done()
+	<-c.Done()
+	if err := c.Call(context.Background(), "late", nil, nil); !errors.Is(err, jsonrpc.ErrClosed) {
+		t.Fatalf("call after close: %v", err)
+	}
+}
+
+func TestUnknownMethodAndBadLines(t *testing.T) {
+	r, w := io.Pipe()
+	out, outW := io.Pipe()
+	c := jsonrpc.New(r, outW, nil)
+	defer func() { w.Close(); c.Close() }()
+	go func() {
+		_, _ = io.WriteString(w, "not json\n")
+		_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":7,"method":"nope"}`+"\n")
+	}()
+	var resp struct {
+		ID    int            `json:"id"`
+		Error jsonrpc.Error `json:"error"`
+	}
+	if err := json.NewDecoder(out).Decode(&resp); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(7, resp.ID); diff != "" || resp.Error.Code != jsonrpc.CodeMethodNotFound {
+		t.Fatalf("%+v", resp)
+	}
+}
