@@ -233,19 +233,22 @@ func ProxyBridgeMain(args []string) int {
 	// Allowlisted services on the host's loopback (a local model server)
 	// appear on the sandbox's own loopback at the same address, tunnelled
 	// through the proxy, so programs that ignore HTTP_PROXY reach them too.
+	listeners := []net.Listener{ln}
 	for _, addr := range forwards {
 		fl, err := net.Listen("tcp", addr)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "proxy bridge: forward", addr+":", err)
 			continue
 		}
-		defer fl.Close()
+		listeners = append(listeners, fl)
 		wg.Go(func() { acceptBridge(fl, sock, addr) })
 	}
 	code := runChild(argv)
 	// The process exits next; closing the listeners ends the accept loops,
 	// and open relays die with the sandbox.
-	ln.Close()
+	for _, l := range listeners {
+		l.Close()
+	}
 	wg.Wait()
 	return code
 }
