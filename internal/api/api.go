@@ -267,36 +267,12 @@ func (h *Handler) runTurn(w http.ResponseWriter, r *http.Request, turn *runner.T
 // stream writes NDJSON: event records as they happen, a ping record when
 // the turn has been silent for PingInterval, then exactly one result.
 func (h *Handler) stream(w http.ResponseWriter, r *http.Request, turn *runner.Turn) {
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	out := &ndjson{w: w, rc: http.NewResponseController(w), enc: newEncoder(w)}
-	out.flush()
-
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(h.cfg.PingInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				if out.idleFor() >= h.cfg.PingInterval-h.cfg.PingInterval/10 {
-					out.write(wire.Record{Kind: wire.RecordPing})
-				}
-			}
-		}
-	}()
+	out := startNDJSON(w)
+	stopPings := out.ping(h.cfg.PingInterval)
 	res, _ := turn.Run(r.Context(), func(seq int64, ev wire.Event) {
 		out.write(wire.Record{Kind: wire.RecordEvent, Seq: seq, Event: &ev})
 	})
-	close(stop)
-	wg.Wait()
+	stopPings()
 	res.Events = []wire.Event{}
 	out.write(wire.Record{Kind: wire.RecordResult, Result: &res})
 }
@@ -323,6 +299,41 @@ func (n *ndjson) write(rec wire.Record) {
 		n.err = n.rc.Flush()
 	}
 	n.last = time.Now()
+}
+
+// startNDJSON commits to a 200 NDJSON stream.
+func startNDJSON(w http.ResponseWriter) *ndjson {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	out := &ndjson{w: w, rc: http.NewResponseController(w), enc: newEncoder(w)}
+	out.flush()
+	return out
+}
+
+// ping writes a ping record whenever the stream has been silent for
+// every, so callers with idle timeouts keep a quiet stream open. The
+// returned stop waits for the pinger to end.
+func (n *ndjson) ping(every time.Duration) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if n.idleFor() >= every-every/10 {
+					n.write(wire.Record{Kind: wire.RecordPing})
+				}
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
 }
 
 func newEncoder(w io.Writer) *json.Encoder {

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/wire"
@@ -65,39 +64,16 @@ func (h *Handler) sessionEvents(w http.ResponseWriter, r *http.Request) {
 		WriteErr(w, err)
 		return
 	}
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	out := &ndjson{w: w, rc: http.NewResponseController(w), enc: newEncoder(w)}
-	out.flush()
-	stop := make(chan struct{})
-	done := make(chan struct{})
+	out := startNDJSON(w)
+	stopPings := func() {}
 	if follow {
-		go func() {
-			defer close(done)
-			t := time.NewTicker(h.cfg.PingInterval)
-			defer t.Stop()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-t.C:
-					if out.idleFor() >= h.cfg.PingInterval-h.cfg.PingInterval/10 {
-						out.write(wire.Record{Kind: wire.RecordPing})
-					}
-				}
-			}
-		}()
-	} else {
-		close(done)
+		stopPings = out.ping(h.cfg.PingInterval)
 	}
 	err := h.runner.Events(r.Context(), r.PathValue("id"), after, follow, func(rec wire.Record) error {
 		out.write(rec)
 		return out.failed()
 	})
-	close(stop)
-	<-done
+	stopPings()
 	if err != nil && r.Context().Err() == nil {
 		out.write(wire.Record{Kind: "error", Event: &wire.Event{Type: wire.EventError, Message: err.Error()}})
 	}

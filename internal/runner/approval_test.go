@@ -25,23 +25,7 @@ func ask(r req) *wire.Request {
 
 func (e *env) run(t *testing.T, w *wire.Request) turnResult {
 	t.Helper()
-	var out turnResult
-	res, err := e.svc.Run(t.Context(), w, func(seq int64, ev wire.Event) {
-		out.events = append(out.events, ev)
-		if ev.Name == "agent-session" {
-			var d map[string]string
-			_ = json.Unmarshal(ev.Data, &d)
-			out.mode = d["mode"]
-		}
-	})
-	if err != nil {
-		t.Fatalf("turn: %v", err)
-	}
-	out.res = res
-	if m := pidRE.FindStringSubmatch(res.Output); m != nil {
-		out.pid = m[1]
-	}
-	return out
+	return collect(t, e.svc, w)
 }
 
 // paused runs the asking turn and returns the interaction it raised.

@@ -110,26 +110,7 @@ func newRemoteEnv(t *testing.T, fake *daytonatest.Server, st store.Store, opts .
 
 func (e *remoteEnv) turn(t *testing.T, w *wire.Request) turnResult {
 	t.Helper()
-	var out turnResult
-	var mu sync.Mutex
-	res, err := e.svc.Run(t.Context(), w, func(seq int64, ev wire.Event) {
-		mu.Lock()
-		defer mu.Unlock()
-		out.events = append(out.events, ev)
-		if ev.Name == "agent-session" {
-			var d map[string]string
-			_ = json.Unmarshal(ev.Data, &d)
-			out.mode = d["mode"]
-		}
-	})
-	if err != nil {
-		t.Fatalf("turn: %v", err)
-	}
-	out.res = res
-	if m := pidRE.FindStringSubmatch(res.Output); m != nil {
-		out.pid = m[1]
-	}
-	return out
+	return collect(t, e.svc, w)
 }
 
 const (

@@ -129,9 +129,15 @@ var pidRE = regexp.MustCompile(`pid (\d+)`)
 
 func (e *env) turn(t *testing.T, r req) turnResult {
 	t.Helper()
+	return collect(t, e.svc, r.wire())
+}
+
+// collect runs one turn and gathers its events, mode and harness pid.
+func collect(t *testing.T, svc *runner.Service, w *wire.Request) turnResult {
+	t.Helper()
 	var out turnResult
 	var mu sync.Mutex
-	res, err := e.svc.Run(t.Context(), r.wire(), func(seq int64, ev wire.Event) {
+	res, err := svc.Run(t.Context(), w, func(seq int64, ev wire.Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		out.events = append(out.events, ev)
@@ -145,7 +151,7 @@ func (e *env) turn(t *testing.T, r req) turnResult {
 		}
 	})
 	if err != nil {
-		t.Fatalf("turn %v: %v", r.messages, err)
+		t.Fatalf("turn %v: %v", w.Messages, err)
 	}
 	out.res = res
 	if m := pidRE.FindStringSubmatch(res.Output); m != nil {
