@@ -90,7 +90,7 @@ func TestUnknownMethodAndBadLines(t *testing.T) {
 		_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":7,"method":"nope"}`+"\n")
 	}()
 	var resp struct {
-		ID    int            `json:"id"`
+		ID    int           `json:"id"`
 		Error jsonrpc.Error `json:"error"`
 	}
 	if err := json.NewDecoder(out).Decode(&resp); err != nil {
