@@ -54,11 +54,17 @@ func newEnv(t *testing.T, opts ...option) *env {
 
 func newEnvWith(t *testing.T, providers []sandbox.Provider, opts ...option) *env {
 	t.Helper()
-	dir := t.TempDir()
-	st, err := sqlite.Open(t.Context(), filepath.Join(dir, "runner.db"))
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "runner.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { st.Close() })
+	return newEnvWithStore(t, providers, st, opts...)
+}
+
+func newEnvWithStore(t *testing.T, providers []sandbox.Provider, st store.Store, opts ...option) *env {
+	t.Helper()
+	dir := t.TempDir()
 	clock := pooltest.NewClock(time.Unix(1_000_000, 0))
 	cfg := runner.Config{
 		Version:         "test",
@@ -83,10 +89,7 @@ func newEnvWith(t *testing.T, providers []sandbox.Provider, opts ...option) *env
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = svc.Shutdown(context.Background())
-		st.Close()
-	})
+	t.Cleanup(func() { _ = svc.Shutdown(context.Background()) })
 	return &env{svc: svc, st: st, clock: clock, dir: dir}
 }
 
