@@ -84,6 +84,7 @@ type Entry struct {
 
 	awaiting bool
 	lastUsed time.Time
+	parked   uint64 // park order: breaks lastUsed ties (a coarse or fake clock)
 	timer    Timer
 }
 
@@ -99,6 +100,7 @@ type Pool struct {
 	// mu guards the following.
 	mu      sync.Mutex
 	entries map[string]*Entry
+	parks   uint64
 	// releasing holds keys whose teardown is under way; a Checkout of the
 	// key waits for it, so a new turn never races the old sandbox's park.
 	releasing map[string]chan struct{}
@@ -170,6 +172,8 @@ func (p *Pool) Park(e *Entry, awaiting bool) {
 	}
 	e.awaiting = awaiting
 	e.lastUsed = p.cfg.Clock.Now()
+	p.parks++
+	e.parked = p.parks
 	ttl, reason := p.cfg.IdleTTL, ReasonIdleExpiry
 	if awaiting {
 		ttl, reason = p.cfg.ApprovalTTL, ReasonApprovalExpiry
@@ -201,7 +205,7 @@ func (p *Pool) oldestIdleLocked() *Entry {
 		if e.awaiting {
 			continue
 		}
-		if oldest == nil || e.lastUsed.Before(oldest.lastUsed) {
+		if oldest == nil || e.lastUsed.Before(oldest.lastUsed) || (e.lastUsed.Equal(oldest.lastUsed) && e.parked < oldest.parked) {
 			oldest = e
 		}
 	}
