@@ -23,6 +23,7 @@ Usage:
   runner health [flags]        query a running service's /health
   runner harness install <name>…  install built-in harnesses (npm, pinned) into AGENTA_RUNNER_HARNESS_DIR
   runner harness list          show installed harnesses, versions and commands
+  runner daytona snapshot build [flags]  build the Daytona snapshot the daytona provider uses
   runner mcp-stdio             (inside a sandbox) the harness's stdio MCP server for runner tools
   runner sandboxd              (inside a remote sandbox) the daemon the runner drives it through
   runner version               print the version
@@ -44,6 +45,8 @@ func run(ctx context.Context, args []string, environ []string, stdin io.Reader, 
 		return health(ctx, args[1:], environ, stdout, stderr)
 	case "harness":
 		return harnessCmd(ctx, args[1:], environ, stdout, stderr)
+	case "daytona":
+		return daytonaCmd(ctx, args[1:], environ, stdout, stderr)
 	case "mcp-stdio":
 		// Started by a harness inside a sandbox: relays MCP to the runner,
 		// over the relay socket (local) or the in-sandbox daemon (remote).

@@ -272,15 +272,31 @@ func (a *api) create(ctx context.Context, req createRequest) (*apiSandbox, error
 	return &sb, err
 }
 
-// findByLabel returns the sandboxes carrying label k=v.
+// findByLabel returns the sandboxes carrying label k=v, following the
+// list's cursor: a reaper that saw only the first page would leak the rest.
 func (a *api) findByLabel(ctx context.Context, k, v string) ([]apiSandbox, error) {
 	labels, _ := json.Marshal(map[string]string{k: v})
-	var page struct {
-		Items []apiSandbox `json:"items"`
+	var all []apiSandbox
+	cursor := ""
+	for range 1000 { // 200k sandboxes; a cursor that never ends is a bug
+		var page struct {
+			Items      []apiSandbox `json:"items"`
+			NextCursor *string      `json:"nextCursor"`
+		}
+		q := url.Values{"labels": {string(labels)}, "limit": {"200"}}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		if err := a.do(ctx, call{op: "list sandboxes", method: http.MethodGet, url: a.url("/sandbox") + "?" + q.Encode(), out: &page}); err != nil {
+			return all, err
+		}
+		all = append(all, page.Items...)
+		if page.NextCursor == nil || *page.NextCursor == "" || *page.NextCursor == cursor {
+			return all, nil
+		}
+		cursor = *page.NextCursor
 	}
-	u := a.url("/sandbox") + "?" + url.Values{"labels": {string(labels)}}.Encode()
-	err := a.do(ctx, call{op: "list sandboxes", method: http.MethodGet, url: u, out: &page})
-	return page.Items, err
+	return all, fmt.Errorf("daytona list sandboxes: more than 1000 pages")
 }
 
 func (a *api) get(ctx context.Context, id string) (*apiSandbox, error) {

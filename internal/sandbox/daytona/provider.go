@@ -99,6 +99,8 @@ var (
 	_ sandbox.Provider  = (*Provider)(nil)
 	_ sandbox.Opener    = (*Provider)(nil)
 	_ sandbox.Describer = (*Provider)(nil)
+	_ sandbox.Remover   = (*Provider)(nil)
+	_ sandbox.Lister    = (*Provider)(nil)
 )
 
 // New returns a provider for cfg. It checks the configuration and that the
@@ -417,6 +419,23 @@ func (p *Provider) List(ctx context.Context) ([]Listed, error) {
 		out = append(out, Listed{ID: sb.ID, State: sb.State, Labels: sb.Labels})
 	}
 	return out, nil
+}
+
+// ListIDs is List for the runner's reaper (sandbox.Lister): the ids of
+// this runner's sandboxes, without those already being deleted.
+func (p *Provider) ListIDs(ctx context.Context) ([]string, error) {
+	found, err := p.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, 0, len(found))
+	for _, sb := range found {
+		if sb.State == "destroying" || sb.State == "destroyed" {
+			continue
+		}
+		ids = append(ids, sb.ID)
+	}
+	return ids, nil
 }
 
 // Remove deletes sandbox id without opening it, so a parked sandbox is

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -145,10 +146,38 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	states := r.URL.Query()["states"]
+	limit := 100
+	if l := r.URL.Query().Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 200 {
+			apiError(w, r, http.StatusBadRequest, "limit must be between 1 and 200")
+			return
+		}
+		limit = n
+	}
+	if s.opts.ListLimit > 0 {
+		limit = min(limit, s.opts.ListLimit)
+	}
+	cursor := r.URL.Query().Get("cursor")
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// Pages are in id order; the cursor is the last id of the page before.
+	ids := make([]string, 0, len(s.sandboxes))
+	for id := range s.sandboxes {
+		if id > cursor {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
 	items := []sandboxJSON{}
-	for _, b := range s.sandboxes {
+	var next *string
+	for _, id := range ids {
+		b := s.sandboxes[id]
+		if len(items) == limit {
+			last := items[len(items)-1].ID
+			next = &last
+			break
+		}
 		ok := true
 		for k, v := range want {
 			if b.sb.Labels[k] != v {
@@ -162,7 +191,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 			items = append(items, b.sb)
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"items": items, "nextCursor": nil})
+	writeJSON(w, http.StatusOK, map[string]any{"items": items, "nextCursor": next})
 }
 
 func contains(list []string, v string) bool {

@@ -46,6 +46,9 @@ type Options struct {
 	// process listening on RUNNER_SANDBOXD_LISTEN; default 2468. Preview
 	// URLs of other ports answer 502, as for a port nothing listens on.
 	DaemonPort int
+	// ListLimit caps the page size of GET /api/sandbox below the caller's
+	// limit, to exercise the cursor; 0 keeps Daytona's (limit, default 100).
+	ListLimit int
 }
 
 // Call is one recorded request.
@@ -85,8 +88,10 @@ type Server struct {
 	tokens    map[string]preview // preview token → what it reaches
 	cookies   map[string]string  // preview token → cookie value issued
 	calls     []Call
-	failures  map[string][]int // route → statuses to answer next
-	lost      map[string][]int // route → statuses to answer after acting
+	failures  map[string][]int    // route → statuses to answer next
+	lost      map[string][]int    // route → statuses to answer after acting
+	snapshots map[string]*snapBox // by id
+	snapFail  map[string]string   // snapshot name → build error to end with
 }
 
 // preview is what a signed preview URL reaches.
@@ -162,6 +167,8 @@ func New(tb testing.TB, opts Options) *Server {
 		cookies:   make(map[string]string),
 		failures:  make(map[string][]int),
 		lost:      make(map[string][]int),
+		snapshots: make(map[string]*snapBox),
+		snapFail:  make(map[string]string),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	mux := http.NewServeMux()
@@ -180,6 +187,8 @@ func New(tb testing.TB, opts Options) *Server {
 	api("POST /api/sandbox/{id}/autostop/{n}", s.interval)
 	api("POST /api/sandbox/{id}/autodelete/{n}", s.interval)
 	api("GET /api/sandbox/{id}/ports/{port}/signed-preview-url", s.preview)
+	api("POST /api/snapshots", s.createSnapshot)
+	api("GET /api/snapshots/{id}", s.getSnapshot)
 	api("GET /toolbox/{id}/user-home-dir", s.homeDir)
 	api("GET /toolbox/{id}/work-dir", s.homeDir)
 	api("GET /toolbox/{id}/files/info", s.fileInfo)
