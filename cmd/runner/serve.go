@@ -63,6 +63,10 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 		fmt.Fprintln(stderr, "runner: recover after restart:", err)
 		return 1
 	}
+	// Deletes remote sandboxes no session owns (AGENTA_RUNNER_DAYTONA_REAP_INTERVAL_MS).
+	reaper := svc.Reaper(cfg.Daytona.ReapInterval)
+	reaper.Start()
+	defer reaper.Stop()
 	h := api.New(api.Config{
 		Token:            cfg.Token,
 		Version:          version,
@@ -93,6 +97,7 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 	case <-ctx.Done():
 	}
 	log.Info("shutting down: cancelling in-flight turns")
+	reaper.Stop() // before the turns park their sandboxes
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancel()
 	// Stop accepting, cancel turns (their streams end with a result), then

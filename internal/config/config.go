@@ -72,6 +72,9 @@ type Daytona struct {
 	IdleTTL           time.Duration
 	MaxWarm           int
 	OpaqueSecrets     bool
+	// ReapInterval is how often the runner deletes the Daytona sandboxes
+	// it made that no session owns; 0 disables the periodic reaper.
+	ReapInterval time.Duration
 }
 
 // Harness is one launch-table entry.
@@ -185,6 +188,14 @@ func Load(environ []string) (Config, []string, error) {
 		IdleTTL:           l.msNonNeg("AGENTA_RUNNER_DAYTONA_SESSION_IDLE_TTL_MS", 120_000),
 		MaxWarm:           l.lenientInt("AGENTA_RUNNER_DAYTONA_SESSION_MAX_WARM", 20),
 		OpaqueSecrets:     opaque(l.str("AGENTA_RUNNER_DAYTONA_OPAQUE_SECRETS", "")),
+		ReapInterval:      l.msNonNeg("AGENTA_RUNNER_DAYTONA_REAP_INTERVAL_MS", 600_000),
+	}
+	// The reaper deletes an unrecorded sandbox on its second sighting, one
+	// interval apart; a shorter interval than a create takes would delete
+	// sandboxes still being created.
+	if c.Daytona.ReapInterval > 0 && c.Daytona.ReapInterval < time.Minute {
+		l.warn(fmt.Sprintf("AGENTA_RUNNER_DAYTONA_REAP_INTERVAL_MS (%s) is below one minute, shorter than a sandbox create may take; using 60000", c.Daytona.ReapInterval))
+		c.Daytona.ReapInterval = time.Minute
 	}
 	if seen["daytona"] {
 		if c.Daytona.APIKey == "" {

@@ -105,3 +105,29 @@ func TestEmptyValuesAreUnset(t *testing.T) {
 		t.Fatalf("%v %s", err, c.Addr())
 	}
 }
+
+func TestDaytonaReapInterval(t *testing.T) {
+	for _, tc := range []struct {
+		env      string
+		want     time.Duration
+		warnings int
+	}{
+		{"", 10 * time.Minute, 0},
+		{"AGENTA_RUNNER_DAYTONA_REAP_INTERVAL_MS=0", 0, 0},
+		{"AGENTA_RUNNER_DAYTONA_REAP_INTERVAL_MS=120000", 2 * time.Minute, 0},
+		{"AGENTA_RUNNER_DAYTONA_REAP_INTERVAL_MS=500", time.Minute, 1},
+		{"AGENTA_RUNNER_DAYTONA_REAP_INTERVAL_MS=soon", 10 * time.Minute, 1},
+	} {
+		env := []string{}
+		if tc.env != "" {
+			env = append(env, tc.env)
+		}
+		c, warnings, err := config.Load(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Daytona.ReapInterval != tc.want || len(warnings) != tc.warnings {
+			t.Errorf("%q: interval %s warnings %v, want %s and %d warnings", tc.env, c.Daytona.ReapInterval, warnings, tc.want, tc.warnings)
+		}
+	}
+}

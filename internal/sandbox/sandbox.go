@@ -33,6 +33,14 @@ type Remover interface {
 	Remove(ctx context.Context, id string) error
 }
 
+// Lister is a Provider that can enumerate the sandboxes this runner made
+// (remote ones, labelled with its id), so that a reaper can delete those
+// no session owns; with Remover it is what the periodic reaper needs.
+// Sandboxes already being deleted are left out.
+type Lister interface {
+	ListIDs(ctx context.Context) ([]string, error)
+}
+
 // StateRemover is a Provider that can delete the durable state kept under
 // a Spec.StateKey, when its session is deleted.
 type StateRemover interface {
