@@ -5,8 +5,10 @@
 // time, so tests are deterministic), Daytona's error body
 // {path,timestamp,statusCode,error,message}, labels, network settings,
 // file upload, process exec that really runs the command in a temp
-// directory per sandbox, and signed preview URLs that reverse-proxy to
-// whatever listens in the sandbox, normally a real `runner sandboxd`.
+// directory per sandbox, signed preview URLs that reverse-proxy to
+// whatever listens in the sandbox, normally a real `runner sandboxd`, and
+// snapshots (POST and GET /snapshots, unique names, build states; the
+// Dockerfile is recorded, not built).
 // Every call is recorded for tests to count; latency can be injected.
 //
 // Sandboxes share the host: a sandbox's "filesystem" is its temp dir, and
@@ -32,8 +34,9 @@ import (
 type Options struct {
 	APIKey string // default "test-key"
 	// TransitionPolls is how many GETs of a sandbox an asynchronous
-	// transition (creating→started, stopping→stopped …) takes; default 1,
-	// so the first GET after the request sees the new state.
+	// transition (creating→started, stopping→stopped …) takes, and of a
+	// snapshot its build (pending→active, building in between); default
+	// 1, so the first GET after the request sees the new state.
 	TransitionPolls int
 	// Latency is added to every API and toolbox call (not to the preview
 	// proxy), to model the distance to Daytona in benchmarks.
