@@ -107,7 +107,7 @@ func TestReaperRemovesDeletedSessionsSandbox(t *testing.T) {
 		t.Skip("DeleteSession deleted the parked sandbox itself; nothing left to reap")
 	}
 	// The record names the deleted session: deleted on the first pass.
-	if n, err := e.svc.Reaper(10*time.Minute).ReapOnce(t.Context()); err != nil || n != 1 || !gone(fake, id) {
+	if n, err := e.svc.Reaper(10 * time.Minute).ReapOnce(t.Context()); err != nil || n != 1 || !gone(fake, id) {
 		t.Fatalf("removed %d, %v; gone %v", n, err, gone(fake, id))
 	}
 	rec, err := e.st.GetSandbox(t.Context(), "daytona", id)
