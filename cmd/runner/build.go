@@ -184,6 +184,7 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 		SessionTTL:      cfg.SessionTTL,
 		ApprovalTTL:     cfg.ApprovalTTL,
 		Pools:           pools,
+		Limits:          runner.Limits{Total: cfg.RunTotalTimeout, TTFB: cfg.RunTTFBTimeout, Idle: cfg.RunIdleTimeout},
 		SecretRefusal:   refuse,
 		Tools:           tc,
 		Configure:       harnessConfigurer(cfg, environ),

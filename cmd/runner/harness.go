@@ -41,7 +41,13 @@ func harnessConfigurer(cfg config.Config, environ []string) runner.Configurer {
 		if _, ok := harness.Lookup(s.Harness); !ok {
 			return runner.HarnessConfig{}, nil
 		}
-		argv, launchEnv, err := harness.Resolve(cfg.HarnessDir, s.Harness)
+		resolve := func(name string) ([]string, map[string]string, error) { return harness.Resolve(cfg.HarnessDir, name) }
+		if s.Provider == "daytona" {
+			// Remote sandboxes run the harnesses the snapshot installed
+			// (`runner daytona snapshot build`), not the host's.
+			resolve = daytonaHarnessCommand
+		}
+		argv, launchEnv, err := resolve(s.Harness)
 		if err != nil {
 			return runner.HarnessConfig{}, err
 		}

@@ -167,7 +167,7 @@ func (t *turn) resumeWarm(ctx context.Context, lv *live) (agent.Outcome, bool, e
 	if len(decisions) == 0 {
 		return agent.Outcome{}, false, nil
 	}
-	out, err := lv.sess.Resume(ctx, decisions, t.emit)
+	out, err := lv.sess.Resume(ctx, decisions, t.fromHarness)
 	return out, true, err
 }
 

@@ -14,6 +14,9 @@ import (
 // HarnessSetup is what a harness configurer is given for one session.
 type HarnessSetup struct {
 	Harness string
+	// Provider is the sandbox provider the harness runs in ("local",
+	// "daytona"): where its installed command lives.
+	Provider string
 	Request *wire.Request
 	// Env is the materialised model connection (already validated).
 	Env map[string]string
@@ -95,7 +98,7 @@ func (t *turn) configure(ctx context.Context, sb sandbox.Sandbox) (HarnessConfig
 		return HarnessConfig{}, nil
 	}
 	info := sb.Info()
-	hc, err := t.svc.cfg.Configure(ctx, HarnessSetup{Harness: t.plan.harness.spec.Name, Request: t.plan.req, Env: t.plan.env, Home: info.Home})
+	hc, err := t.svc.cfg.Configure(ctx, HarnessSetup{Harness: t.plan.harness.spec.Name, Provider: t.plan.provider, Request: t.plan.req, Env: t.plan.env, Home: info.Home})
 	if err != nil {
 		return HarnessConfig{}, fmt.Errorf("configure harness %s: %w", t.plan.harness.spec.Name, err)
 	}

@@ -407,3 +407,30 @@ func TestColdReloadViaSessionLoad(t *testing.T) {
 		t.Fatalf("after a failed turn: mode %q", third.mode)
 	}
 }
+
+func TestRunLimits(t *testing.T) {
+	cases := []struct {
+		name   string
+		limits runner.Limits
+		prompt string
+		want   string
+	}{
+		{"idle", runner.Limits{Idle: 150 * time.Millisecond}, "say hi\nsleep 1h", "AGENTA_RUNNER_RUN_IDLE_TIMEOUT_MS"},
+		{"total", runner.Limits{Total: 200 * time.Millisecond}, "say hi\nsleep 1h", "AGENTA_RUNNER_RUN_TOTAL_TIMEOUT_MS"},
+		{"ttfb", runner.Limits{TTFB: 150 * time.Millisecond}, "sleep 1h", "AGENTA_RUNNER_RUN_TTFB_TIMEOUT_MS"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, func(cfg *runner.Config) { cfg.Limits = c.limits })
+			res, err := e.svc.Run(t.Context(), req{messages: []string{c.prompt}}.wire(), nil)
+			if err == nil || !strings.Contains(err.Error(), c.want) || res.OK || res.StopReason != "cancelled" {
+				t.Fatalf("result %+v err %v", res, err)
+			}
+		})
+	}
+	// Within the limits nothing trips.
+	e := newEnv(t, func(cfg *runner.Config) { cfg.Limits = runner.Limits{Total: time.Minute, TTFB: time.Minute, Idle: time.Minute} })
+	if res, err := e.svc.Run(t.Context(), req{messages: []string{"say fine"}}.wire(), nil); err != nil || !res.OK {
+		t.Fatalf("%+v %v", res, err)
+	}
+}

@@ -51,6 +51,8 @@ type Config struct {
 	// warm; a provider without an entry uses KeepAlive, PoolMax,
 	// SessionTTL and ApprovalTTL.
 	Pools map[string]PoolConfig
+	// Limits bound every turn; zero fields disable a limit.
+	Limits Limits
 	// Tools serves customTools; its zero value refuses them.
 	Tools ToolsConfig
 	// Configure, if set, generates each harness's own configuration from
@@ -305,8 +307,16 @@ func (s *Service) run(ctx context.Context, t *turn, sink Sink) (wire.Result, err
 		ctx = context.WithoutCancel(ctx)
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
+	if s.cfg.Limits.Total > 0 {
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeoutCause(ctx, s.cfg.Limits.Total,
+			errdefs.With(errdefs.ErrExhausted, fmt.Errorf("the turn ran longer than %s (AGENTA_RUNNER_RUN_TOTAL_TIMEOUT_MS)", s.cfg.Limits.Total)))
+		defer stop()
+	}
 	t.cancel = cancel
 	t.sink = sink
+	t.watch = startWatchdog(s.cfg.Limits, cancel)
+	defer t.watch.stop()
 	if err := s.register(t); err != nil {
 		cancel(nil)
 		s.unclaim(t)
@@ -317,7 +327,7 @@ func (s *Service) run(ctx context.Context, t *turn, sink Sink) (wire.Result, err
 	defer cancel(nil)
 
 	out, err := t.run(ctx)
-	if cause := context.Cause(ctx); err == nil && out.StopReason == agent.StopCancelled && (errors.Is(cause, errKilled) || errors.Is(cause, errShutdown) || errors.Is(cause, errDeleted)) {
+	if cause := context.Cause(ctx); err == nil && out.StopReason == agent.StopCancelled && (errors.Is(cause, errKilled) || errors.Is(cause, errShutdown) || errors.Is(cause, errDeleted) || errors.Is(cause, errdefs.ErrExhausted)) {
 		// Stopped by the operator, not finished: the caller must not take
 		// the partial output for an answer.
 		err = cause

@@ -35,6 +35,7 @@ type turn struct {
 	caps   *wire.Capabilities
 	index  int // ledger index, -1 without a session
 	evlog  *eventLog
+	watch  *watchdog
 	// leaseUntil is when the session lease this turn holds runs out.
 	leaseUntil time.Time
 	// begun is the session record as the turn began.
@@ -75,6 +76,15 @@ func (t *turn) eventList() []wire.Event {
 // caller and to followers of the session.
 func (t *turn) emit(ev wire.Event) {
 	t.record(ev, true)
+}
+
+// fromHarness is the sink of the harness's own events: they, and not
+// the runner's, show the harness is alive to the run limits.
+func (t *turn) fromHarness(ev wire.Event) {
+	if t.watch != nil {
+		t.watch.touch()
+	}
+	t.emit(ev)
 }
 
 // record is emit; live=false keeps the event out of the caller's stream
@@ -227,7 +237,7 @@ func (t *turn) run(ctx context.Context) (out agent.Outcome, err error) {
 		}
 	}
 	t.record(wire.DataEvent("agent-session", map[string]string{"mode": mode, "agentSessionId": lv.sess.ID(), "sandbox": lv.sb.Info().ID}, false), true)
-	if out, err = lv.sess.Prompt(ctx, blocks, t.emit); err == nil {
+	if out, err = lv.sess.Prompt(ctx, blocks, t.fromHarness); err == nil {
 		err = t.diagnose(ctx, lv, out)
 	}
 	return out, err
