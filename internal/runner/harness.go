@@ -17,7 +17,7 @@ type HarnessSetup struct {
 	// Provider is the sandbox provider the harness runs in ("local",
 	// "daytona"): where its installed command lives.
 	Provider string
-	Request *wire.Request
+	Request  *wire.Request
 	// Env is the materialised model connection (already validated).
 	Env map[string]string
 	// Home is the session's private $HOME inside the sandbox.

@@ -429,7 +429,9 @@ func TestRunLimits(t *testing.T) {
 		})
 	}
 	// Within the limits nothing trips.
-	e := newEnv(t, func(cfg *runner.Config) { cfg.Limits = runner.Limits{Total: time.Minute, TTFB: time.Minute, Idle: time.Minute} })
+	e := newEnv(t, func(cfg *runner.Config) {
+		cfg.Limits = runner.Limits{Total: time.Minute, TTFB: time.Minute, Idle: time.Minute}
+	})
 	if res, err := e.svc.Run(t.Context(), req{messages: []string{"say fine"}}.wire(), nil); err != nil || !res.OK {
 		t.Fatalf("%+v %v", res, err)
 	}
