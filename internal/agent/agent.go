@@ -143,6 +143,9 @@ type Spec struct {
 	Instructions string
 	// NoMCP marks a harness that does not take ACP mcpServers (Pi).
 	NoMCP bool
+	// NoPermissions marks a harness that never asks permission (Pi): a
+	// policy that must stop its tools cannot be enforced on it.
+	NoPermissions bool
 	// LoadMeta builds the _meta session/load needs to resume a session id,
 	// e.g. Claude's resume option. Nil sends none.
 	LoadMeta func(sessionID string) map[string]any `json:"-"`

@@ -13,7 +13,8 @@ func Builtin(name string, command []string) Spec {
 			return map[string]any{"claudeCode": map[string]any{"options": map[string]any{"resume": id}}}
 		}
 	case "pi_core", "pi_agenta":
-		s.NoMCP = true // pi-acp does not forward ACP mcpServers
+		s.NoMCP = true         // pi-acp does not forward ACP mcpServers
+		s.NoPermissions = true // pi runs its tools without session/request_permission
 	case "gemini":
 		s.UnreliableLoad = true // gemini-cli 0.61 session/load loses history
 	}

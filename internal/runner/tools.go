@@ -49,6 +49,9 @@ func (s *Service) checkTools(p *plan) error {
 			}
 		}
 	}
+	if pm := p.req.Permissions; pm != nil && p.harness.spec.NoPermissions && (pm.Default == "ask" || pm.Default == "deny" || len(pm.Rules) > 0) {
+		return errdefs.Unprocessablef("permissions: harness %q never asks permission before running its tools, so permissions.default=%q and rules cannot be enforced on it; use a harness that asks (claude, codex, gemini, opencode) or permissions.default \"allow\"", p.harness.spec.Name, pm.Default)
+	}
 	if len(p.req.MCPServers) > 0 && p.harness.spec.NoMCP {
 		return errdefs.Unprocessablef("mcpServers: harness %q does not take MCP servers", p.harness.spec.Name)
 	}

@@ -149,3 +149,20 @@ func TestToolsWithoutRelayRefused(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+func TestPolicyOnAHarnessThatNeverAsks(t *testing.T) {
+	e := newEnv(t, func(c *runner.Config) {
+		s := c.Harnesses["fake"]
+		s.NoPermissions = true
+		c.Harnesses["pi_like"] = s
+	})
+	w := req{session: "s", harness: "pi_like", messages: []string{"hi"}}.wire()
+	w.Permissions = &wire.Permissions{Default: "ask"}
+	if _, err := e.svc.Run(t.Context(), w, nil); err == nil || !strings.Contains(err.Error(), "cannot be enforced") {
+		t.Fatalf("ask on a harness without permissions: %v", err)
+	}
+	w.Permissions = &wire.Permissions{Default: "allow"}
+	if _, err := e.svc.Run(t.Context(), w, nil); err != nil {
+		t.Fatalf("allow: %v", err)
+	}
+}
