@@ -15,6 +15,7 @@ import (
 	"github.com/agentrunner/runner/internal/agent"
 	"github.com/agentrunner/runner/internal/agent/acp"
 	"github.com/agentrunner/runner/internal/config"
+	"github.com/agentrunner/runner/internal/gateway"
 	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandbox/daytona"
@@ -61,13 +62,30 @@ func buildService(ctx context.Context, cfg config.Config, environ []string, log 
 		st.Close()
 		return nil, nil, err
 	}
-	svc, err := newService(cfg, environ, log, st, replica, tc)
+	var gw *gateway.Gateway
+	if cfg.KeyGateway {
+		if gw, err = gateway.New(log); err != nil {
+			stopTools()
+			st.Close()
+			return nil, nil, err
+		}
+	}
+	svc, err := newService(cfg, environ, log, st, replica, tc, gw)
 	if err != nil {
 		stopTools()
+		if gw != nil {
+			gw.Close()
+		}
 		st.Close()
 		return nil, nil, err
 	}
-	return svc, func() { stopTools(); st.Close() }, nil
+	return svc, func() {
+		stopTools()
+		if gw != nil {
+			gw.Close()
+		}
+		st.Close()
+	}, nil
 }
 
 // startTools listens on the tool relay's unix socket. Harnesses reach it
@@ -143,7 +161,7 @@ func replicaID(cfg config.Config) (string, error) {
 	return id, nil
 }
 
-func newService(cfg config.Config, environ []string, log *slog.Logger, st store.Store, replica string, tc runner.ToolsConfig) (*runner.Service, error) {
+func newService(cfg config.Config, environ []string, log *slog.Logger, st store.Store, replica string, tc runner.ToolsConfig, gw *gateway.Gateway) (*runner.Service, error) {
 	var providers []sandbox.Provider
 	for _, name := range cfg.EnabledProviders {
 		switch name {
@@ -184,6 +202,7 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 		SessionTTL:      cfg.SessionTTL,
 		ApprovalTTL:     cfg.ApprovalTTL,
 		Pools:           pools,
+		Gateway:         gw,
 		Limits:          runner.Limits{Total: cfg.RunTotalTimeout, TTFB: cfg.RunTTFBTimeout, Idle: cfg.RunIdleTimeout},
 		SecretRefusal:   refuse,
 		Tools:           tc,

@@ -42,6 +42,9 @@ type Config struct {
 	LocalBwrap     string
 
 	DatabaseURL string
+	// KeyGateway keeps model keys out of local sandboxes (placeholders
+	// swapped for keys by a runner-side proxy).
+	KeyGateway bool
 
 	KeepAlive        bool
 	PoolMax          int
@@ -111,6 +114,7 @@ func Load(environ []string) (Config, []string, error) {
 		LocalGID:         l.strictInt("AGENTA_RUNNER_LOCAL_SANDBOX_GID", 0, 0, 1<<31-1),
 		LocalBwrap:       l.str("AGENTA_RUNNER_LOCAL_BWRAP", ""),
 		DatabaseURL:      l.str("AGENTA_RUNNER_DATABASE_URL", ""),
+		KeyGateway:       l.boolean("AGENTA_RUNNER_KEY_GATEWAY", true),
 		KeepAlive:        l.boolean("AGENTA_RUNNER_SESSION_KEEPALIVE", true),
 		PoolMax:          l.lenientInt("AGENTA_RUNNER_SESSION_POOL_MAX", 8),
 		SessionTTL:       l.ms("AGENTA_RUNNER_SESSION_TTL_MS", 60_000),

@@ -93,12 +93,12 @@ type HarnessFile struct {
 type Configurer func(ctx context.Context, s HarnessSetup) (HarnessConfig, error)
 
 // configure runs the configurer and writes its files into the sandbox.
-func (t *turn) configure(ctx context.Context, sb sandbox.Sandbox) (HarnessConfig, error) {
+func (t *turn) configure(ctx context.Context, sb sandbox.Sandbox, lv *live) (HarnessConfig, error) {
 	if t.svc.cfg.Configure == nil {
 		return HarnessConfig{}, nil
 	}
 	info := sb.Info()
-	hc, err := t.svc.cfg.Configure(ctx, HarnessSetup{Harness: t.plan.harness.spec.Name, Provider: t.plan.provider, Request: t.plan.req, Env: t.plan.env, Home: info.Home})
+	hc, err := t.svc.cfg.Configure(ctx, HarnessSetup{Harness: t.plan.harness.spec.Name, Provider: t.plan.provider, Request: lv.req, Env: lv.env, Home: info.Home})
 	if err != nil {
 		return HarnessConfig{}, fmt.Errorf("configure harness %s: %w", t.plan.harness.spec.Name, err)
 	}

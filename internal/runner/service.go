@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentrunner/runner/internal/agent"
 	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/gateway"
 	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/pool"
 	"github.com/agentrunner/runner/internal/sandbox"
@@ -51,6 +52,9 @@ type Config struct {
 	// warm; a provider without an entry uses KeepAlive, PoolMax,
 	// SessionTTL and ApprovalTTL.
 	Pools map[string]PoolConfig
+	// Gateway, when set, keeps opaque_http model keys out of sandboxes
+	// that share the runner's host: harnesses get placeholders.
+	Gateway *gateway.Gateway
 	// Limits bound every turn; zero fields disable a limit.
 	Limits Limits
 	// Tools serves customTools; its zero value refuses them.

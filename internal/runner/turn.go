@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentrunner/runner/internal/agent"
 	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/gateway"
 	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/pool"
 	"github.com/agentrunner/runner/internal/sandbox"
@@ -125,9 +126,12 @@ type live struct {
 	historyFP string // of the conversation the next turn must continue
 	epoch     string
 	stateKey  string
-	awaiting  bool           // parked waiting for approval
-	binding   *relay.Binding // the tool relay's binding, nil without tools
-	channel   *channel       // the relay over a remote sandbox's connection
+	awaiting  bool              // parked waiting for approval
+	binding   *relay.Binding    // the tool relay's binding, nil without tools
+	route     *gateway.Route    // the key gateway's route, nil when keys are not hidden
+	env       map[string]string // the model environment the harness sees
+	req       *wire.Request     // the request the harness is configured from
+	channel   *channel          // the relay over a remote sandbox's connection
 	diagnose  func(context.Context, DiagnoseInput) error
 
 	// mu guards the following.
@@ -360,6 +364,14 @@ func (t *turn) cold(ctx context.Context, prior []wire.Message) (*live, error) {
 	p := t.plan
 	prov := t.svc.providers[p.provider]
 	lv := &live{harness: p.harness.spec.Name, provider: p.provider, configFP: configFingerprint(p.req, p.provider), epoch: credentialEpoch(p.env, p.req)}
+	var err error
+	if lv.env, lv.req, lv.route, err = t.hideKeys(); err != nil {
+		return nil, err
+	}
+	allow := p.allow
+	if lv.route != nil && p.network == "allowlist" {
+		allow = append(append([]string{}, allow...), t.svc.cfg.Gateway.Addr())
+	}
 	if t.key != "" {
 		if _, ok := prov.(sandbox.StateRemover); ok {
 			lv.stateKey = t.key
@@ -368,7 +380,7 @@ func (t *turn) cold(ctx context.Context, prior []wire.Message) (*live, error) {
 	spec := sandbox.Spec{
 		SessionID: p.req.SessionID,
 		ProjectID: projectOf(p.req),
-		Network:   sandbox.Network{Mode: p.network, Allow: p.allow},
+		Network:   sandbox.Network{Mode: p.network, Allow: allow},
 		ReadOnly:  p.req.SandboxPermission != nil && p.req.SandboxPermission.Filesystem == "readonly",
 		StateKey:  lv.stateKey,
 		Labels:    map[string]string{"session": p.req.SessionID, "project": projectOf(p.req), "replica": t.svc.cfg.ReplicaID},
@@ -401,7 +413,7 @@ func (t *turn) cold(ctx context.Context, prior []wire.Message) (*live, error) {
 	if err := t.writeFiles(ctx, sb); err != nil {
 		return fail(err)
 	}
-	hc, err := t.configure(ctx, sb)
+	hc, err := t.configure(ctx, sb, lv)
 	if err != nil {
 		return fail(err)
 	}
@@ -410,7 +422,7 @@ func (t *turn) cold(ctx context.Context, prior []wire.Message) (*live, error) {
 	if len(hc.Command) > 0 {
 		hspec.Command = hc.Command
 	}
-	env := t.env(info)
+	env := t.env(info, lv.env)
 	for _, k := range sortedKeys(hc.Env) {
 		env = append(env, k+"="+hc.Env[k])
 	}
@@ -591,6 +603,9 @@ func (lv *live) release(ctx context.Context, s *Service, reason string) {
 	if lv.channel != nil {
 		lv.channel.stop()
 	}
+	if lv.route != nil {
+		lv.route.Release()
+	}
 	if lv.binding != nil {
 		lv.binding.Close()
 	}
@@ -723,16 +738,11 @@ func (t *turn) writeFiles(ctx context.Context, sb sandbox.Sandbox) error {
 // env is the harness's whole environment: base launch variables, the
 // sandbox's own HOME, and the materialised model connection. Nothing of
 // the runner's own environment is inherited.
-func (t *turn) env(info sandbox.Info) []string {
+func (t *turn) env(info sandbox.Info, model map[string]string) []string {
 	env := append([]string(nil), t.svc.cfg.BaseEnv...)
 	env = append(env, "HOME="+info.Home)
-	keys := make([]string, 0, len(t.plan.env))
-	for k := range t.plan.env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		env = append(env, k+"="+t.plan.env[k])
+	for _, k := range sortedKeys(model) {
+		env = append(env, k+"="+model[k])
 	}
 	return env
 }

@@ -8,7 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,13 +38,14 @@ import (
 //	exec <shell command>           runs sh -c; says output and exit status
 //	env                            says its environment, sorted
 //	connect <host:port>            dials TCP; says ok or the error
+//	http <URLVAR> <KEYVAR> <path>  GETs $URLVAR<path> with "Bearer $KEYVAR"; says the status and body
 //	history                        says the prompts this session has seen
 //	usage <in> <out>               reports token usage in the prompt result
 //	update <json>                  sends a raw session/update
 //	flood <n>                      n message deltas
 //	mcp <server> <tool> <json>     calls a tool of a stdio MCP server from session/new
 //	stop <reason>                  ends the turn with this stopReason
-const Directives = "say think tool toolupdate permission sleep crash pid read write exec env connect history usage update flood mcp stop"
+const Directives = "say think tool toolupdate permission sleep crash pid read write exec env connect http history usage update flood mcp stop"
 
 type fakeAgent struct {
 	conn  *jsonrpc.Conn
@@ -421,6 +424,26 @@ func (r *turn) do(verb, arg string) {
 		}
 		c.Close()
 		r.say("connect ok\n")
+	case "http":
+		f := strings.Fields(arg)
+		if len(f) != 3 {
+			r.say("http: want URLVAR KEYVAR PATH\n")
+			return
+		}
+		req, err := http.NewRequestWithContext(r.ctx, "GET", os.Getenv(f[0])+f[2], nil)
+		if err != nil {
+			r.say("http error: " + err.Error() + "\n")
+			return
+		}
+		req.Header.Set("Authorization", "Bearer "+os.Getenv(f[1]))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			r.say("http error: " + err.Error() + "\n")
+			return
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		resp.Body.Close()
+		r.say(fmt.Sprintf("http %d %s\n", resp.StatusCode, strings.TrimSpace(string(body))))
 	case "history":
 		r.say(fmt.Sprintf("history %d: %s\n", len(r.s.Prompts), strings.Join(r.s.Prompts, " | ")))
 	case "usage":

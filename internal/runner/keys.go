@@ -1,0 +1,77 @@
+package runner
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/agentrunner/runner/internal/gateway"
+	"github.com/agentrunner/runner/internal/wire"
+)
+
+// hideKeys keeps the model connection's opaque_http keys out of the
+// sandbox: the harness gets placeholders and a base URL on the runner's
+// key gateway, which swaps the real keys in on the way out. It returns
+// the environment and request the harness is configured from, and the
+// route to release with the session (nil when there is nothing to hide).
+func (t *turn) hideKeys() (map[string]string, *wire.Request, *gateway.Route, error) {
+	p := t.plan
+	g := t.svc.cfg.Gateway
+	mc := p.req.ModelConnection
+	if g == nil || mc == nil || mc.Endpoint == nil || mc.Endpoint.BaseURL == "" || !t.svc.sharesHost(p.provider) {
+		return p.env, p.req, nil, nil
+	}
+	var keys []string
+	for _, c := range mc.Credentials {
+		if c.Usage == "opaque_http" {
+			keys = append(keys, c.Value)
+		}
+	}
+	if len(keys) == 0 {
+		return p.env, p.req, nil, nil
+	}
+	rt, err := g.Register(mc.Endpoint.BaseURL, keys)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("modelConnection.endpoint.baseUrl: %w", err)
+	}
+	real := strings.TrimSuffix(mc.Endpoint.BaseURL, "/")
+	base := strings.TrimSuffix(rt.BaseURL, "/")
+	env := make(map[string]string, len(p.env))
+	for k, v := range p.env {
+		if ph, ok := rt.Placeholders[v]; ok {
+			v = ph
+		} else if strings.HasPrefix(v, real) {
+			v = base + strings.TrimPrefix(v, real) // e.g. OPENAI_BASE_URL
+		}
+		env[k] = v
+	}
+	req := *p.req
+	m := *mc
+	ep := *mc.Endpoint
+	ep.BaseURL = rt.BaseURL
+	m.Endpoint = &ep
+	m.Credentials = make([]wire.Credential, len(mc.Credentials))
+	for i, c := range mc.Credentials {
+		if ph, ok := rt.Placeholders[c.Value]; ok {
+			c.Value = ph
+		}
+		m.Credentials[i] = c
+	}
+	if len(mc.Environment) > 0 {
+		m.Environment = map[string]string{}
+		for k, v := range mc.Environment {
+			m.Environment[k] = env[k]
+			if m.Environment[k] == "" {
+				m.Environment[k] = v
+			}
+		}
+	}
+	req.ModelConnection = &m
+	return env, &req, &rt, nil
+}
+
+// sharesHost reports whether the provider's sandboxes reach the runner's
+// loopback (the key gateway listens there).
+func (s *Service) sharesHost(provider string) bool {
+	b, ok := s.providers[provider].(interface{ CanBind() bool })
+	return ok && b.CanBind()
+}
