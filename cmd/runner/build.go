@@ -184,7 +184,7 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 	}
 	refuse := map[string]string{}
 	if cfg.Daytona.OpaqueSecrets {
-		refuse["daytona"] = "this request carries credentials, and Daytona secret hiding (AGENTA_RUNNER_DAYTONA_OPAQUE_SECRETS, on by default) is not available in this build: the Daytona secrets API is newer than the OSS API this runner speaks. Use the local provider, or set AGENTA_RUNNER_DAYTONA_OPAQUE_SECRETS=off to pass the keys into the sandbox's environment"
+		refuse["daytona"] = "this request carries credentials the runner cannot keep out of a Daytona sandbox (user MCP server credentials, local_use model credentials, or any credential while AGENTA_RUNNER_KEY_GATEWAY is off), and secret hiding is on (AGENTA_RUNNER_DAYTONA_OPAQUE_SECRETS). Send opaque_http model credentials with an endpoint.baseUrl (the key gateway hides those), use the local provider, or set AGENTA_RUNNER_DAYTONA_OPAQUE_SECRETS=off to pass them into the sandbox's environment"
 	}
 	specs := map[string]agent.Spec{}
 	for name, h := range cfg.Harnesses {

@@ -55,6 +55,10 @@ func run(ctx context.Context, args []string, environ []string, stdin io.Reader, 
 		// Inside a local sandbox with a network allowlist: bridges the
 		// harness's proxy port to the runner's proxy socket.
 		return local.ProxyBridgeMain(args[1:])
+	case "channel-forward":
+		// Inside a remote sandbox: the harness's loopback door to the
+		// runner's key gateway.
+		return sandboxd.ForwardMain(ctx, args[1:], envLookup(environ), stdout, stderr)
 	case "sandboxd":
 		// The in-sandbox daemon of remote providers.
 		return sandboxd.Main(ctx, args[1:], envLookup(environ), stdout, stderr)

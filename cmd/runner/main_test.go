@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 	// that binary is this one.
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
-		case "sandbox-proxy-bridge", "mcp-stdio", "sandboxd":
+		case "sandbox-proxy-bridge", "mcp-stdio", "sandboxd", "channel-forward":
 			os.Exit(run(context.Background(), os.Args[1:], os.Environ(), os.Stdin, os.Stdout, os.Stderr))
 		}
 	}

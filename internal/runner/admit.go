@@ -62,7 +62,7 @@ func (s *Service) admit(req *wire.Request) (*plan, error) {
 		return nil, err
 	}
 	p.env = env
-	if msg := s.cfg.SecretRefusal[p.provider]; msg != "" && hasSecrets(req) {
+	if msg := s.cfg.SecretRefusal[p.provider]; msg != "" && s.unhideable(req) {
 		return nil, errdefs.Unprocessablef("%s", msg)
 	}
 
@@ -141,20 +141,6 @@ func (s *Service) admit(req *wire.Request) (*plan, error) {
 		return nil, err
 	}
 	return p, nil
-}
-
-// hasSecrets reports whether the request carries credential values a
-// sandbox would hold: model credentials or user MCP server credentials.
-func hasSecrets(r *wire.Request) bool {
-	if r.ModelConnection != nil && len(r.ModelConnection.Credentials) > 0 {
-		return true
-	}
-	for _, m := range r.MCPServers {
-		if len(m.Connection.Credentials) > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // checkRelPath refuses paths that would land outside the working directory.

@@ -4,13 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/agentrunner/runner/internal/gateway"
 
 	"github.com/agentrunner/runner/internal/agent"
 	"github.com/agentrunner/runner/internal/agent/acp"
@@ -37,6 +41,8 @@ func maybeRemote() {
 	switch os.Args[1] {
 	case "sandboxd":
 		os.Exit(sandboxd.Main(context.Background(), os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
+	case "channel-forward":
+		os.Exit(sandboxd.ForwardMain(context.Background(), os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
 	case "mcp-stdio":
 		conn, err := sandboxd.Dial(context.Background(), os.Getenv(sandboxd.SocketEnv), "tools")
 		if err != nil {
@@ -248,5 +254,50 @@ func TestDaytonaRefusesCredentialsItCannotHide(t *testing.T) {
 	_, err := e.svc.Run(t.Context(), req{session: "s", key: "sk-1", messages: []string{"hi"}}.wire(), nil)
 	if err == nil || !strings.Contains(err.Error(), "OPAQUE_SECRETS") || fake.Count(routeCreate) != 0 {
 		t.Fatalf("err %v, creates %d", err, fake.Count(routeCreate))
+	}
+}
+
+// TestDaytonaKeysStayOutOfTheSandbox: on a remote sandbox the harness gets
+// a placeholder key and a loopback base URL served by the in-sandbox
+// forward, which reaches the runner's key gateway over the daemon's
+// channel; the model sees the real key.
+func TestDaytonaKeysStayOutOfTheSandbox(t *testing.T) {
+	var auth []string
+	model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth = append(auth, r.Header.Get("Authorization"))
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	}))
+	defer model.Close()
+	g, err := gateway.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	ln, _ := net.Listen("tcp", "127.0.0.1:0") // a free port for the in-sandbox forward
+	fwd := ln.Addr().String()
+	ln.Close()
+	fake := daytonatest.New(t, daytonatest.Options{})
+	e := newRemoteEnv(t, fake, nil, func(c *runner.Config) {
+		c.Gateway, c.ModelForwardAddr = g, fwd
+		c.SecretRefusal = map[string]string{"daytona": "refused"}
+	})
+	w := req{session: "s", messages: []string{"env\nhttp OPENAI_BASE_URL OPENAI_API_KEY /models"}}.wire()
+	w.ModelConnection = &wire.ModelConnection{Provider: "openai", Deployment: "direct",
+		Endpoint:    &wire.Endpoint{BaseURL: model.URL + "/v1"},
+		Environment: map[string]string{"OPENAI_BASE_URL": model.URL + "/v1"},
+		Credentials: []wire.Credential{{Binding: wire.Binding{Kind: "environment", Name: "OPENAI_API_KEY"}, Value: "sk-remote-secret", Usage: "opaque_http"}}}
+	r := e.turn(t, w)
+	out := r.res.Output
+	if strings.Contains(out, "sk-remote-secret") || !strings.Contains(out, "OPENAI_BASE_URL=http://"+fwd+"/g/") || !strings.Contains(out, `http 200 {"ok":true}`) {
+		t.Fatalf("output:\n%s", out)
+	}
+	if len(auth) != 1 || auth[0] != "Bearer sk-remote-secret" {
+		t.Fatalf("model saw %v", auth)
+	}
+	// A credential the gateway cannot hide is still refused.
+	w2 := req{session: "s2", messages: []string{"hi"}}.wire()
+	w2.MCPServers = []wire.MCPServer{{Name: "m", Connection: wire.MCPConnection{Type: "http", URL: "https://mcp.example.com", Credentials: []wire.Credential{{Binding: wire.Binding{Kind: "header", Name: "Authorization"}, Value: "x", Usage: "opaque_http"}}}}}
+	if _, err := e.svc.Run(t.Context(), w2, nil); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("MCP credentials on Daytona: %v", err)
 	}
 }

@@ -17,7 +17,7 @@ func (t *turn) hideKeys() (map[string]string, *wire.Request, *gateway.Route, err
 	p := t.plan
 	g := t.svc.cfg.Gateway
 	mc := p.req.ModelConnection
-	if g == nil || mc == nil || mc.Endpoint == nil || mc.Endpoint.BaseURL == "" || !t.svc.sharesHost(p.provider) {
+	if g == nil || mc == nil || mc.Endpoint == nil || mc.Endpoint.BaseURL == "" {
 		return p.env, p.req, nil, nil
 	}
 	var keys []string
@@ -32,6 +32,11 @@ func (t *turn) hideKeys() (map[string]string, *wire.Request, *gateway.Route, err
 	rt, err := g.Register(mc.Endpoint.BaseURL, keys)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("modelConnection.endpoint.baseUrl: %w", err)
+	}
+	if !t.svc.sharesHost(p.provider) {
+		// A remote sandbox reaches the gateway through the in-sandbox
+		// forward listening on its own loopback.
+		rt.BaseURL = "http://" + t.svc.modelListen() + strings.TrimPrefix(rt.BaseURL, "http://"+g.Addr())
 	}
 	real := strings.TrimSuffix(mc.Endpoint.BaseURL, "/")
 	base := strings.TrimSuffix(rt.BaseURL, "/")
@@ -74,4 +79,34 @@ func (t *turn) hideKeys() (map[string]string, *wire.Request, *gateway.Route, err
 func (s *Service) sharesHost(provider string) bool {
 	b, ok := s.providers[provider].(interface{ CanBind() bool })
 	return ok && b.CanBind()
+}
+
+// modelListen is where the in-sandbox model forward listens.
+func (s *Service) modelListen() string {
+	if s.cfg.ModelForwardAddr != "" {
+		return s.cfg.ModelForwardAddr
+	}
+	return "127.0.0.1:47811"
+}
+
+// unhideable reports whether the request carries credentials the runner
+// cannot keep out of a sandbox: user MCP server credentials (sent by the
+// harness itself), local_use model credentials (used by an SDK inside),
+// and opaque_http ones when the key gateway is off.
+func (s *Service) unhideable(r *wire.Request) bool {
+	for _, m := range r.MCPServers {
+		if len(m.Connection.Credentials) > 0 {
+			return true
+		}
+	}
+	mc := r.ModelConnection
+	if mc == nil {
+		return false
+	}
+	for _, c := range mc.Credentials {
+		if c.Usage != "opaque_http" || s.cfg.Gateway == nil || mc.Endpoint == nil || mc.Endpoint.BaseURL == "" {
+			return true
+		}
+	}
+	return false
 }

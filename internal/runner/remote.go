@@ -1,9 +1,13 @@
 package runner
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net"
+	"strings"
 	"sync"
 
 	"github.com/agentrunner/runner/internal/errdefs"
@@ -51,42 +55,105 @@ func (t *turn) reopen(ctx context.Context, prov sandbox.Provider, spec sandbox.S
 	return nil, false
 }
 
-// channel serves the tool relay over a remote sandbox's own connection:
-// each `runner mcp-stdio` inside dials the "tools" channel.
-type channel struct {
+// channels serve named streams that processes in a remote sandbox open
+// back to the runner through its daemon: "tools" (the relay) and "model"
+// (the key gateway).
+type channels struct {
+	ch     sandbox.Channeler
+	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	ch     sandbox.Channeler
 }
 
-func (lv *live) serveChannel(s *Service, ch sandbox.Channeler) {
-	ctx, cancel := context.WithCancel(context.Background())
-	c := &channel{cancel: cancel, ch: ch}
-	lv.channel = c
-	r := s.cfg.Tools.Relay
+func (lv *live) channels(ch sandbox.Channeler) *channels {
+	if lv.channel == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		lv.channel = &channels{ch: ch, ctx: ctx, cancel: cancel}
+	}
+	return lv.channel
+}
+
+// serve accepts streams on name and hands each to handle on its own
+// goroutine, until stop.
+func (c *channels) serve(s *Service, name string, handle func(ctx context.Context, conn io.ReadWriteCloser)) {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		for {
-			p, err := ch.Accept(ctx, "tools")
+			p, err := c.ch.Accept(c.ctx, name)
 			if err != nil {
-				if ctx.Err() == nil {
-					s.log.Warn("tool channel closed", logkey.Sandbox, lv.sb.Info().ID, logkey.Error, err)
+				if c.ctx.Err() == nil {
+					s.log.Warn("sandbox channel closed", "channel", name, logkey.Error, err)
 				}
 				return
 			}
 			c.wg.Add(1)
 			go func() {
 				defer c.wg.Done()
-				_ = r.ServeConn(ctx, procConn{p})
+				handle(c.ctx, procConn{p})
 			}()
 		}
 	}()
 }
 
-func (c *channel) stop() {
+func (c *channels) stop() {
 	c.cancel()
 	c.wg.Wait()
+}
+
+// serveTools relays "tools" streams to the tool relay.
+func (lv *live) serveTools(s *Service, ch sandbox.Channeler) {
+	r := s.cfg.Tools.Relay
+	lv.channels(ch).serve(s, "tools", func(ctx context.Context, conn io.ReadWriteCloser) {
+		_ = r.ServeConn(ctx, conn)
+	})
+}
+
+// serveModel splices "model" streams to the key gateway: inside the
+// sandbox, `runner channel-forward` listens on loopback for the harness.
+func (lv *live) serveModel(s *Service, ch sandbox.Channeler) {
+	addr := s.cfg.Gateway.Addr()
+	lv.channels(ch).serve(s, "model", func(ctx context.Context, conn io.ReadWriteCloser) {
+		defer conn.Close()
+		var d net.Dialer
+		up, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return
+		}
+		defer up.Close()
+		done := make(chan struct{})
+		go func() {
+			_, _ = io.Copy(up, conn)
+			if cw, ok := up.(interface{ CloseWrite() error }); ok {
+				_ = cw.CloseWrite()
+			}
+			close(done)
+		}()
+		_, _ = io.Copy(conn, up)
+		_ = conn.Close()
+		<-done
+	})
+}
+
+// startModelForward starts the in-sandbox end of the model channel and
+// waits until it listens.
+func (t *turn) startModelForward(ctx context.Context, lv *live, ch sandbox.Channeler) error {
+	listen := t.svc.modelListen()
+	p, err := lv.sb.Start(context.WithoutCancel(ctx), sandbox.Cmd{
+		Path: ch.RunnerPath(),
+		Args: []string{"channel-forward", listen, "model"},
+		Env:  append(append([]string{}, t.svc.cfg.BaseEnv...), ch.ChannelEnv()...),
+	})
+	if err != nil {
+		return fmt.Errorf("start the model forward in the sandbox: %w", err)
+	}
+	line, err := bufio.NewReader(p.Stdout()).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "ready" {
+		_ = p.Kill()
+		return fmt.Errorf("the model forward in the sandbox did not start: %q %v %s", line, err, p.StderrTail())
+	}
+	lv.forward = p
+	return nil
 }
 
 // procConn is a channel stream as a ReadWriteCloser.

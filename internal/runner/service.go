@@ -55,6 +55,9 @@ type Config struct {
 	// Gateway, when set, keeps opaque_http model keys out of sandboxes
 	// that share the runner's host: harnesses get placeholders.
 	Gateway *gateway.Gateway
+	// ModelForwardAddr is where, inside a remote sandbox, the forward to
+	// the key gateway listens; default 127.0.0.1:47811.
+	ModelForwardAddr string
 	// Limits bound every turn; zero fields disable a limit.
 	Limits Limits
 	// Tools serves customTools; its zero value refuses them.

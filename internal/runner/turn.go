@@ -131,7 +131,8 @@ type live struct {
 	route     *gateway.Route    // the key gateway's route, nil when keys are not hidden
 	env       map[string]string // the model environment the harness sees
 	req       *wire.Request     // the request the harness is configured from
-	channel   *channel          // the relay over a remote sandbox's connection
+	channel   *channels         // streams from a remote sandbox to the runner
+	forward   sandbox.Process   // the in-sandbox model forward, remote only
 	diagnose  func(context.Context, DiagnoseInput) error
 
 	// mu guards the following.
@@ -435,7 +436,17 @@ func (t *turn) cold(ctx context.Context, prior []wire.Message) (*live, error) {
 	if t.tools != nil {
 		lv.binding = t.svc.cfg.Tools.Relay.Bind(t.tools, t.log)
 		if ch, ok := sb.(sandbox.Channeler); ok {
-			lv.serveChannel(t.svc, ch)
+			lv.serveTools(t.svc, ch)
+		}
+	}
+	if lv.route != nil && !t.svc.sharesHost(p.provider) {
+		ch, ok := sb.(sandbox.Channeler)
+		if !ok {
+			return fail(errdefs.Unprocessablef("provider %s cannot reach the runner's key gateway; set AGENTA_RUNNER_KEY_GATEWAY=off to pass keys into its sandboxes", p.provider))
+		}
+		lv.serveModel(t.svc, ch)
+		if err := t.startModelForward(ctx, lv, ch); err != nil {
+			return fail(err)
 		}
 	}
 	start = time.Now()
@@ -599,6 +610,9 @@ func (s *Service) releaseLease(sessionID string) {
 func (lv *live) release(ctx context.Context, s *Service, reason string) {
 	if lv.sess != nil {
 		_ = lv.sess.Close(ctx)
+	}
+	if lv.forward != nil {
+		_ = lv.forward.Kill()
 	}
 	if lv.channel != nil {
 		lv.channel.stop()
