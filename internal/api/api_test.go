@@ -46,7 +46,13 @@ type option func(*api.Config)
 
 func newEnv(t testing.TB, opts ...option) *env {
 	t.Helper()
-	p, err := local.New(local.Config{Dir: t.TempDir(), Isolation: "none"})
+	return newEnvIsolated(t, "none", opts...)
+}
+
+// newEnvIsolated is newEnv over a local provider with the given isolation.
+func newEnvIsolated(t testing.TB, isolation string, opts ...option) *env {
+	t.Helper()
+	p, err := local.New(local.Config{Dir: t.TempDir(), Isolation: isolation, MemoryMB: local.NoLimit, Pids: local.NoLimit, CPUs: local.NoLimit})
 	if err != nil {
 		t.Fatal(err)
 	}

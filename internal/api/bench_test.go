@@ -72,28 +72,34 @@ func BenchmarkColdTurn(b *testing.B) {
 		}
 		reportPercentiles(b, ds, "")
 	})
-	b.Run("runner-http", func(b *testing.B) {
-		e := newEnv(b)
-
-		body := runBody("fake", "hello")
-		var ds []time.Duration
-		for b.Loop() {
-			start := time.Now()
-			req, _ := http.NewRequest("POST", e.srv.URL+"/run", strings.NewReader(body))
-			req.Header.Set("Authorization", "Bearer "+token)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				b.Fatal(err)
+	for _, iso := range []string{"none", "bwrap"} {
+		b.Run("runner-http-"+iso, func(b *testing.B) {
+			if iso == "bwrap" {
+				if _, err := exec.LookPath("bwrap"); err != nil {
+					b.Skip("bwrap not installed")
+				}
 			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != 200 {
-				b.Fatalf("status %d", resp.StatusCode)
+			e := newEnvIsolated(b, iso)
+			var ds []time.Duration
+			for b.Loop() {
+				body := runBody("fake", "hello") // a new session: cold every time
+				start := time.Now()
+				req, _ := http.NewRequest("POST", e.srv.URL+"/run", strings.NewReader(body))
+				req.Header.Set("Authorization", "Bearer "+token)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					b.Fatalf("status %d", resp.StatusCode)
+				}
+				ds = append(ds, time.Since(start))
 			}
-			ds = append(ds, time.Since(start))
-		}
-		reportPercentiles(b, ds, "")
-	})
+			reportPercentiles(b, ds, "")
+		})
+	}
 }
 
 // BenchmarkStreamEvents measures NDJSON throughput: one turn streaming
