@@ -104,6 +104,11 @@ type Service struct {
 	inflight map[*turn]struct{}
 	busy     map[string]*turn // session key -> its running turn
 	closing  bool
+	// held caches, per session this replica holds the lease of, when the
+	// lease ends and the session record as its last turn left it: while
+	// the lease holds nobody else writes the session, so a warm turn needs
+	// neither a lease write nor a session read.
+	held map[string]heldSession
 	// paused holds, per session, the request of its last paused turn, so
 	// a decision arriving through /v1 can resume it (warm or cold).
 	paused map[string]*wire.Request
@@ -142,7 +147,7 @@ func New(cfg Config, providers []sandbox.Provider, driver agent.Driver, st store
 	s := &Service{
 		cfg: cfg, providers: map[string]sandbox.Provider{}, harnesses: map[string]harness{},
 		driver: driver, store: st, log: cfg.Logger,
-		inflight: map[*turn]struct{}{}, busy: map[string]*turn{}, paused: map[string]*wire.Request{},
+		inflight: map[*turn]struct{}{}, busy: map[string]*turn{}, paused: map[string]*wire.Request{}, held: map[string]heldSession{},
 	}
 	s.pools = map[string]*pool.Pool{}
 	for _, p := range providers {
@@ -391,6 +396,11 @@ func (s *Service) claim(ctx context.Context, t *turn) error {
 		return nil
 	}
 	now := time.Now()
+	if h, ok := s.heldLease(t.plan.req.SessionID); ok && h.until.After(now.Add(s.cfg.LeaseTTL/2)) {
+		t.leaseUntil = h.until
+		t.cached = h.session
+		return nil
+	}
 	if _, err := s.store.AcquireLease(ctx, t.plan.req.SessionID, s.cfg.ReplicaID, now, s.cfg.LeaseTTL); err != nil {
 		s.unclaim(t)
 		var le *store.LeaseError
@@ -401,6 +411,33 @@ func (s *Service) claim(ctx context.Context, t *turn) error {
 	}
 	t.leaseUntil = now.Add(s.cfg.LeaseTTL)
 	return nil
+}
+
+// heldSession is what this replica knows of a session it holds.
+type heldSession struct {
+	until   time.Time
+	session *store.Session // nil when unknown
+}
+
+func (s *Service) heldLease(id string) (heldSession, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.held[id]
+	return h, ok
+}
+
+// hold records this replica's lease on a session (until) and, when known,
+// the session record as it now stands.
+func (s *Service) hold(id string, until time.Time, sess *store.Session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.held[id] = heldSession{until: until, session: sess}
+}
+
+func (s *Service) forgetHold(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.held, id)
 }
 
 func (s *Service) unclaim(t *turn) {

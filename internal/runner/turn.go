@@ -39,8 +39,12 @@ type turn struct {
 	watch  *watchdog
 	// leaseUntil is when the session lease this turn holds runs out.
 	leaseUntil time.Time
-	// begun is the session record as the turn began.
-	begun store.Session
+	// cached is the session record as this replica's last turn left it,
+	// valid because the replica held the lease since; nil to read it.
+	cached *store.Session
+	// begun is the session record as the turn began; stored, as it ended.
+	begun  store.Session
+	stored *store.Session
 	// priorSeq is the session log's last sequence number before this turn
 	// when the caller sent only its newest message; 0 otherwise.
 	priorSeq int64
@@ -59,6 +63,12 @@ func (t *turn) waitDone(ctx context.Context) {
 	case <-t.done:
 	case <-ctx.Done():
 	}
+}
+
+func (t *turn) lastSeq() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.seq
 }
 
 func (t *turn) outputText() string {
@@ -257,7 +267,13 @@ func (t *turn) begin(ctx context.Context) ([]wire.Message, error) {
 	}
 	p := t.plan
 	st := t.svc.store
-	sess, err := st.GetSession(ctx, p.req.SessionID)
+	var sess store.Session
+	var err error
+	if t.cached != nil {
+		sess = *t.cached
+	} else {
+		sess, err = st.GetSession(ctx, p.req.SessionID)
+	}
 	switch {
 	case errors.Is(err, errdefs.ErrNotFound):
 		sess, err = st.PutSession(ctx, store.Session{ID: p.req.SessionID, ProjectID: projectOf(p.req), Harness: p.harness.spec.Name, Status: store.SessionActive})
@@ -511,6 +527,7 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 
 	if t.evlog != nil {
 		if werr := t.evlog.close(); werr != nil {
+			t.svc.forgetHold(t.plan.req.SessionID) // the log's last seq is unknown
 			t.log.Error("event log incomplete for this turn", logkey.Error, werr)
 		}
 	}
@@ -534,11 +551,18 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 		if _, e := t.svc.store.EndTurn(ctx, rec); e != nil {
 			t.log.Error("record turn outcome", logkey.Error, e)
 		}
+		stored := t.begun
+		stored.LastTurnIndex = t.index
+		stored.LastSeq = t.lastSeq()
 		if sessRec.SandboxID != t.begun.SandboxID || sessRec.AgentSessionID != t.begun.AgentSessionID || sessRec.Harness != t.begun.Harness || sessRec.SandboxProvider != t.begun.SandboxProvider {
-			if _, e := t.svc.store.PutSession(ctx, sessRec); e != nil {
+			if got, e := t.svc.store.PutSession(ctx, sessRec); e != nil {
 				t.log.Error("record session", logkey.Error, e)
+				t.svc.forgetHold(t.plan.req.SessionID)
+			} else {
+				stored = got
 			}
 		}
+		t.stored = &stored
 	}
 	if t.tools != nil {
 		t.tools.Close()
@@ -560,7 +584,7 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 		t.mu.Lock()
 		until := t.leaseUntil
 		t.mu.Unlock()
-		t.svc.park(t.key, lv, status == store.TurnPaused, until)
+		t.svc.park(t.key, lv, status == store.TurnPaused, until, t.stored)
 		return
 	}
 	reason := pool.ReasonFailedTurn
@@ -576,7 +600,7 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 
 // park keeps lv warm in the pool and extends the session's lease to cover
 // the time it stays there.
-func (s *Service) park(key string, lv *live, awaiting bool, leaseUntil time.Time) {
+func (s *Service) park(key string, lv *live, awaiting bool, leaseUntil time.Time, stored *store.Session) {
 	ttl := s.pools[lv.provider].TTL(awaiting)
 	sessionID := lv.sb.Info().ID
 	if i := strings.Index(key, ":"); i >= 0 {
@@ -588,8 +612,16 @@ func (s *Service) park(key string, lv *live, awaiting bool, leaseUntil time.Time
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if _, err := s.store.AcquireLease(ctx, sessionID, s.cfg.ReplicaID, now, ttl+s.cfg.LeaseTTL); err != nil {
 			s.log.Warn("renew session lease for the warm harness", logkey.Session, sessionID, logkey.Error, err)
+			stored = nil
+		} else {
+			leaseUntil = now.Add(ttl + s.cfg.LeaseTTL)
 		}
 		cancel()
+	}
+	if stored != nil {
+		s.hold(sessionID, leaseUntil, stored)
+	} else {
+		s.forgetHold(sessionID)
 	}
 	s.pools[lv.provider].Park(&pool.Entry{Key: key, Value: lv, Release: func(ctx context.Context, reason string) {
 		lv.release(ctx, s, reason)
@@ -598,6 +630,7 @@ func (s *Service) park(key string, lv *live, awaiting bool, leaseUntil time.Time
 }
 
 func (s *Service) releaseLease(sessionID string) {
+	s.forgetHold(sessionID)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := s.store.ReleaseLease(ctx, sessionID, s.cfg.ReplicaID); err != nil {
