@@ -523,3 +523,70 @@ func TestHistoryReplayedOnColdTurn(t *testing.T) {
 		t.Fatalf("%d %s", code, out)
 	}
 }
+
+// TestResumeTheStreamAfterADisconnect: a session's turn outlives its
+// caller; the caller reconnects to the session log from its last sequence
+// number, follows the live turn, and loses nothing.
+func TestResumeTheStreamAfterADisconnect(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	resp, sc := stream(t, e, ctx, sessionBody("follow", "fake", "say first\nsleep 400ms\nsay second"))
+	var last int64
+	for sc.Scan() {
+		var r wire.Record
+		_ = json.Unmarshal(sc.Bytes(), &r)
+		if r.Seq > 0 {
+			last = r.Seq
+		}
+		if r.Event != nil && r.Event.Type == "message_delta" {
+			break // the caller goes away mid-turn
+		}
+	}
+	cancel()
+	resp.Body.Close()
+
+	fctx, fcancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer fcancel()
+	req, _ := http.NewRequestWithContext(fctx, "GET", e.srv.URL+"/v1/sessions/follow/events?follow=1&after="+strconv.FormatInt(last, 10), nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	fresp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresp.Body.Close()
+	fsc := bufio.NewScanner(fresp.Body)
+	var seqs []int64
+	text := ""
+	for fsc.Scan() {
+		var r wire.Record
+		if err := json.Unmarshal(fsc.Bytes(), &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Kind == "ping" {
+			continue
+		}
+		seqs = append(seqs, r.Seq)
+		if r.Event.Type == "message_delta" {
+			text += r.Event.Delta
+		}
+		if r.Event.Type == "done" {
+			break
+		}
+	}
+	if len(seqs) == 0 || seqs[0] != last+1 {
+		t.Fatalf("resumed at %v, want %d first", seqs, last+1)
+	}
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] != seqs[i-1]+1 {
+			t.Fatalf("gap in the resumed log: %v", seqs)
+		}
+	}
+	if !strings.Contains(text, "second") {
+		t.Fatalf("the rest of the turn did not arrive: %q", text)
+	}
+	// The session's ledger shows the turn completed although its caller left.
+	code, body := e.do(t, "GET", "/v1/sessions/follow", "", nil)
+	if code != 200 || !bytes.Contains(body, []byte(`"status":"completed"`)) {
+		t.Fatalf("%d %s", code, body)
+	}
+}

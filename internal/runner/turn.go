@@ -113,15 +113,12 @@ func (t *turn) record(ev wire.Event, live bool) {
 		t.seq++
 		seq = t.seq
 		t.evlog.add(store.Event{Seq: seq, TurnIndex: t.index, Time: time.Now(), Event: ev})
-	}
-	t.mu.Unlock()
-	if !live {
-		return
-	}
-	if t.key != "" && seq > 0 {
+		// Followers get every logged record, in sequence order (hence
+		// under the lock; publish never blocks).
 		t.svc.hubs.get(t.plan.req.SessionID).publish(wire.Record{Kind: wire.RecordEvent, Seq: seq, Event: &ev})
 	}
-	if t.sink != nil {
+	t.mu.Unlock()
+	if live && t.sink != nil {
 		t.sink(seq, ev)
 	}
 }
@@ -519,18 +516,6 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 	if err == nil && out.Usage != nil {
 		t.emit(wire.UsageEvent(*out.Usage))
 	}
-	stop := out.StopReason
-	if err != nil && stop != agent.StopCancelled {
-		stop = "error"
-	}
-	t.emit(wire.Event{Type: wire.EventDone, StopReason: stop})
-
-	if t.evlog != nil {
-		if werr := t.evlog.close(); werr != nil {
-			t.svc.forgetHold(t.plan.req.SessionID) // the log's last seq is unknown
-			t.log.Error("event log incomplete for this turn", logkey.Error, werr)
-		}
-	}
 	if t.key != "" && t.index >= 0 {
 		rec := store.Turn{SessionID: t.plan.req.SessionID, Index: t.index, Status: status, EndedAt: time.Now(), StopReason: out.StopReason}
 		if out.Usage != nil {
@@ -553,7 +538,6 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 		}
 		stored := t.begun
 		stored.LastTurnIndex = t.index
-		stored.LastSeq = t.lastSeq()
 		if sessRec.SandboxID != t.begun.SandboxID || sessRec.AgentSessionID != t.begun.AgentSessionID || sessRec.Harness != t.begun.Harness || sessRec.SandboxProvider != t.begun.SandboxProvider {
 			if got, e := t.svc.store.PutSession(ctx, sessRec); e != nil {
 				t.log.Error("record session", logkey.Error, e)
@@ -563,6 +547,21 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 			}
 		}
 		t.stored = &stored
+	}
+	// done comes after the ledger: whoever sees it can read the outcome.
+	stop := out.StopReason
+	if err != nil && stop != agent.StopCancelled {
+		stop = "error"
+	}
+	t.emit(wire.Event{Type: wire.EventDone, StopReason: stop})
+	if t.evlog != nil {
+		if werr := t.evlog.close(); werr != nil {
+			t.svc.forgetHold(t.plan.req.SessionID) // the log's last seq is unknown
+			t.log.Error("event log incomplete for this turn", logkey.Error, werr)
+		}
+		if t.stored != nil {
+			t.stored.LastSeq = t.lastSeq()
+		}
 	}
 	if t.tools != nil {
 		t.tools.Close()
