@@ -21,6 +21,7 @@ Usage:
   runner serve                 run the HTTP service (needs AGENTA_RUNNER_TOKEN)
   runner run [flags]           run one turn; request JSON on stdin or flags
   runner health [flags]        query a running service's /health
+  runner sessions [ID]         a running service's sessions, or one with its turns
   runner harness install <name>…  install built-in harnesses (npm, pinned) into AGENTA_RUNNER_HARNESS_DIR
   runner harness list          show installed harnesses, versions and commands
   runner daytona snapshot build [flags]  build the Daytona snapshot the daytona provider uses
@@ -43,6 +44,8 @@ func run(ctx context.Context, args []string, environ []string, stdin io.Reader, 
 		return runTurn(ctx, args[1:], environ, stdin, stdout, stderr)
 	case "health":
 		return health(ctx, args[1:], environ, stdout, stderr)
+	case "sessions":
+		return sessions(ctx, args[1:], environ, stdout, stderr)
 	case "harness":
 		return harnessCmd(ctx, args[1:], environ, stdout, stderr)
 	case "daytona":

@@ -86,6 +86,13 @@ func TestServeTurnAndShutdown(t *testing.T) {
 	if code := run(t.Context(), []string{"health", "--url", base}, env, nil, &hout, &herr); code != 0 || !strings.Contains(hout.String(), `"fake"`) {
 		t.Fatalf("runner health: %d %s %s", code, hout.String(), herr.String())
 	}
+	hout.Reset()
+	if code := run(t.Context(), []string{"sessions", "--url", base}, env, nil, &hout, &herr); code != 0 || !strings.Contains(hout.String(), `"sessions"`) {
+		t.Fatalf("runner sessions: %d %s %s", code, hout.String(), herr.String())
+	}
+	if code := run(t.Context(), []string{"sessions", "--url", base, "nope"}, env, nil, &hout, &herr); code != 1 {
+		t.Fatalf("runner sessions of an unknown session: %d", code)
+	}
 
 	// A turn in flight when SIGTERM arrives is cancelled and its harness is gone.
 	body := `{"harness":"fake","messages":[{"role":"user","content":"pid\nsleep 1h"}]}`
