@@ -566,9 +566,13 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 	if t.tools != nil {
 		t.tools.Close()
 	}
-	if status == store.TurnPaused {
+	if t.key != "" {
 		t.svc.mu.Lock()
-		t.svc.paused[t.plan.req.SessionID] = t.plan.req
+		if status == store.TurnPaused {
+			t.svc.paused[t.plan.req.SessionID] = t.plan.req
+		} else {
+			delete(t.svc.paused, t.plan.req.SessionID) // answered, or superseded
+		}
 		t.svc.mu.Unlock()
 	}
 	if lv == nil || lv.sess == nil {
