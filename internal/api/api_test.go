@@ -590,3 +590,32 @@ func TestResumeTheStreamAfterADisconnect(t *testing.T) {
 		t.Fatalf("%d %s", code, body)
 	}
 }
+
+func TestV1Errors(t *testing.T) {
+	e := newEnv(t)
+	e.do(t, "POST", "/run", sessionBody("known", "fake", "hi"), nil)
+	cases := []struct {
+		method, path, body string
+		want               int
+	}{
+		{"GET", "/v1/sessions/nope", "", 404},
+		{"DELETE", "/v1/sessions/nope", "", 404},
+		{"GET", "/v1/sessions/nope/events", "", 404},
+		{"GET", "/v1/sessions/known/events?after=abc", "", 400},
+		{"GET", "/v1/sessions?limit=0", "", 400},
+		{"POST", "/v1/sessions/known/interactions/int_x", `{"approved":true}`, 404},
+		{"POST", "/v1/sessions/known/interactions/int_x", `{"approved":"yes"}`, 400},
+		{"POST", "/v1/sessions/known/interactions/int_x", `not json`, 400},
+		{"PUT", "/v1/sessions/known", "", 405},
+		{"GET", "/v1/sessions/known", "", 200},
+	}
+	for _, c := range cases {
+		code, body := e.do(t, c.method, c.path, c.body, nil)
+		if code != c.want || (code != 200 && !bytes.Contains(body, []byte(`"ok":false`))) {
+			t.Errorf("%s %s: %d %s, want %d", c.method, c.path, code, body, c.want)
+		}
+	}
+	if code, _ := e.do(t, "GET", "/v1/sessions", "", map[string]string{"Authorization": ""}); code != 401 {
+		t.Errorf("/v1 without a token: %d", code)
+	}
+}
