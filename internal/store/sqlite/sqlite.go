@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -75,7 +76,21 @@ func open(ctx context.Context, path string) (_ *Store, err error) {
 		return nil, err
 	}
 	s.w.SetMaxOpenConns(1)
-	if err := migrate(ctx, s.w, migrations); err != nil {
+	// Several processes opening one fresh database race to switch it to
+	// WAL, and the loser can get SQLITE_BUSY at once, before the busy
+	// timeout applies: retry, bounded.
+	for attempt := 1; ; attempt++ {
+		err = migrate(ctx, s.w, migrations)
+		if err == nil || attempt == 20 || !strings.Contains(err.Error(), "SQLITE_BUSY") {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Duration(attempt) * 20 * time.Millisecond):
+		}
+	}
+	if err != nil {
 		return nil, err
 	}
 	if s.bumpSeq, err = s.w.PrepareContext(ctx, `UPDATE sessions SET last_seq = last_seq + ? WHERE id = ? RETURNING last_seq`); err != nil {
