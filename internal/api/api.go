@@ -47,7 +47,6 @@ type Handler struct {
 	log      *slog.Logger
 	mux      *http.ServeMux
 	inflight atomic.Int64
-	extra    []Route
 }
 
 // Route is an additional authenticated route (the /v1 API of other packages).

@@ -364,20 +364,6 @@ func (t *toolbox) homeDir(ctx context.Context) (string, error) {
 	return out.Dir, err
 }
 
-// exists reports whether path exists in the sandbox.
-func (t *toolbox) exists(ctx context.Context, path string) (bool, error) {
-	err := t.a.do(ctx, call{op: "stat " + path + " in " + t.id, method: http.MethodGet, url: t.url("/files/info", url.Values{"path": {path}})})
-	if errors.Is(err, errdefs.ErrNotFound) {
-		return false, nil
-	}
-	// The toolbox reports some missing files as 400 "no such file".
-	var ae *APIError
-	if errors.As(err, &ae) && ae.Status == http.StatusBadRequest && strings.Contains(strings.ToLower(ae.Message), "no such file") {
-		return false, nil
-	}
-	return err == nil, err
-}
-
 // upload writes data at path (parents created by the toolbox).
 func (t *toolbox) upload(ctx context.Context, path string, data []byte) error {
 	var buf bytes.Buffer

@@ -19,6 +19,9 @@ import (
 func versions(t *testing.T, st *postgres.Store) []int {
 	t.Helper()
 	rows, err := st.Pool().Query(t.Context(), `SELECT version FROM schema_migrations ORDER BY version`)
+	if err != nil {
+		t.Fatal(err)
+	}
 	out, err := pgx.CollectRows(rows, pgx.RowTo[int])
 	if err != nil {
 		t.Fatal(err)
