@@ -91,12 +91,9 @@ func buildService(ctx context.Context, cfg config.Config, environ []string, log 
 // startTools listens on the tool relay's unix socket. Harnesses reach it
 // through `runner mcp-stdio`, this very binary, bound into each sandbox.
 func startTools(ctx context.Context, cfg config.Config, log *slog.Logger) (runner.ToolsConfig, func(), error) {
-	exe, err := os.Executable()
+	exe, err := runnerBinary()
 	if err != nil {
-		return runner.ToolsConfig{}, nil, fmt.Errorf("locate the runner binary for mcp-stdio: %w", err)
-	}
-	if resolved, err := filepath.EvalSymlinks(exe); err == nil {
-		exe = resolved
+		return runner.ToolsConfig{}, nil, fmt.Errorf("mcp-stdio: %w", err)
 	}
 	sock := filepath.Join(cfg.DataDir, "run", "tools.sock")
 	if len(sock) > 100 { // sun_path is 108 bytes
@@ -232,12 +229,9 @@ func baseEnv(cfg config.Config, environ []string) []string {
 // newDaytona builds the Daytona provider; this binary is what it uploads
 // into sandboxes and runs there as `runner sandboxd`.
 func newDaytona(cfg config.Config, replica string, log *slog.Logger) (*daytona.Provider, error) {
-	exe, err := os.Executable()
+	exe, err := runnerBinary()
 	if err != nil {
-		return nil, fmt.Errorf("locate the runner binary to upload: %w", err)
-	}
-	if resolved, err := filepath.EvalSymlinks(exe); err == nil {
-		exe = resolved
+		return nil, err
 	}
 	return daytona.New(daytona.Config{
 		APIKey:            cfg.Daytona.APIKey,
@@ -256,12 +250,9 @@ func newDaytona(cfg config.Config, replica string, log *slog.Logger) (*daytona.P
 // newLocal builds the local provider. This binary doubles as the
 // in-sandbox proxy bridge that network mode "allowlist" needs.
 func newLocal(cfg config.Config, log *slog.Logger) (*local.Provider, error) {
-	exe, err := os.Executable()
+	exe, err := runnerBinary()
 	if err != nil {
-		return nil, fmt.Errorf("locate the runner binary for the proxy bridge: %w", err)
-	}
-	if resolved, err := filepath.EvalSymlinks(exe); err == nil {
-		exe = resolved
+		return nil, fmt.Errorf("proxy bridge: %w", err)
 	}
 	limit := func(n int) int {
 		if n == 0 {
@@ -287,4 +278,17 @@ func newLocal(cfg config.Config, log *slog.Logger) (*local.Provider, error) {
 		SandboxGID:  cfg.LocalGID,
 		Logger:      log,
 	})
+}
+
+// runnerBinary is this binary's own path: sandboxes run it again as
+// `mcp-stdio`, `sandbox-proxy-bridge` and, uploaded, `sandboxd`.
+func runnerBinary() (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("locate the runner binary: %w", err)
+	}
+	if resolved, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = resolved
+	}
+	return exe, nil
 }

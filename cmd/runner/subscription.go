@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 
 	"github.com/agentrunner/runner/internal/config"
 )
@@ -13,13 +12,9 @@ import (
 // subscriptionStatus reports, per harness, whether a personal login is
 // mounted (reference 1.3). A local file check only; never a path or value.
 func subscriptionStatus(cfg config.Config, environ []string) map[string]any {
-	env := map[string]string{}
-	for _, kv := range environ {
-		k, v, _ := strings.Cut(kv, "=")
-		env[k] = v
-	}
+	getenv := envLookup(environ)
 	probe := func(dirVar, file, provider string) map[string]any {
-		dir := env[dirVar]
+		dir := getenv(dirVar)
 		if dir == "" {
 			return map[string]any{"state": "not_configured"}
 		}
@@ -39,7 +34,7 @@ func subscriptionStatus(cfg config.Config, environ []string) map[string]any {
 		if st["state"] != "ready" {
 			return st
 		}
-		b, _ := os.ReadFile(filepath.Join(env["PI_CODING_AGENT_DIR"], "auth.json"))
+		b, _ := os.ReadFile(filepath.Join(getenv("PI_CODING_AGENT_DIR"), "auth.json"))
 		var obj map[string]any
 		_ = json.Unmarshal(b, &obj)
 		set := map[string]bool{}

@@ -3,9 +3,10 @@ package runner
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/url"
 	"path"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/agentrunner/runner/internal/errdefs"
@@ -195,12 +196,7 @@ func materialize(mc *wire.ModelConnection) (map[string]string, error) {
 	default:
 		return nil, bad("credentialMode: %q is not one of env, runtime_provided, none", mode)
 	}
-	keys := make([]string, 0, len(mc.Environment))
-	for k := range mc.Environment {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(mc.Environment)) {
 		v := mc.Environment[k]
 		if err := checkEnvName(k); err != nil {
 			return nil, bad("environment: %v", err)

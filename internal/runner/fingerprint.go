@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"maps"
+	"slices"
 	"sort"
 
 	"github.com/agentrunner/runner/internal/wire"
@@ -78,13 +80,8 @@ func historyFingerprint(msgs []wire.Message) string {
 // credentialEpoch hashes the credential values a live harness holds, so a
 // rotated key forces a fresh harness. Only the hash is kept.
 func credentialEpoch(env map[string]string, r *wire.Request) string {
-	keys := make([]string, 0, len(env))
-	for k := range env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	var parts []string
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
 		parts = append(parts, k+"="+env[k])
 	}
 	for _, s := range r.MCPServers {

@@ -3,8 +3,9 @@ package runner
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path"
-	"sort"
+	"slices"
 
 	"github.com/agentrunner/runner/internal/agent"
 	"github.com/agentrunner/runner/internal/sandbox"
@@ -102,12 +103,7 @@ func (t *turn) configure(ctx context.Context, sb sandbox.Sandbox, lv *live) (Har
 	if err != nil {
 		return HarnessConfig{}, fmt.Errorf("configure harness %s: %w", t.plan.harness.spec.Name, err)
 	}
-	names := make([]string, 0, len(hc.Files))
-	for n := range hc.Files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(hc.Files)) {
 		if err := checkRelPath(n); err != nil {
 			return HarnessConfig{}, fmt.Errorf("configure harness %s: file %w", t.plan.harness.spec.Name, err)
 		}

@@ -174,11 +174,8 @@ func channelEnv(b *relay.Binding, ch sandbox.Channeler) map[string]string {
 	env := b.Env("")
 	delete(env, relay.EnvSocket)
 	for _, kv := range ch.ChannelEnv() {
-		for i := 0; i < len(kv); i++ {
-			if kv[i] == '=' {
-				env[kv[:i]] = kv[i+1:]
-				break
-			}
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
 		}
 	}
 	return env

@@ -7,7 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -244,23 +245,9 @@ func (s *Service) reap(ctx context.Context, p sandbox.Provider, rec store.Sandbo
 	log.Info("reaped orphaned sandbox")
 }
 
-func (s *Service) harnessNames() []string {
-	out := make([]string, 0, len(s.harnesses))
-	for n := range s.harnesses {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
+func (s *Service) harnessNames() []string { return slices.Sorted(maps.Keys(s.harnesses)) }
 
-func (s *Service) providerNames() []string {
-	out := make([]string, 0, len(s.providers))
-	for n := range s.providers {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
+func (s *Service) providerNames() []string { return slices.Sorted(maps.Keys(s.providers)) }
 
 // Sink receives a turn's events. seq numbers the event in its session's
 // log; it is 0 for transient events and for turns without a session.

@@ -2,12 +2,14 @@ package runner
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"path"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -36,6 +38,7 @@ type turn struct {
 	caps   *wire.Capabilities
 	index  int // ledger index, -1 without a session
 	evlog  *eventLog
+	hub    *hub // the session's followers, set with evlog
 	watch  *watchdog
 	// leaseUntil is when the session lease this turn holds runs out.
 	leaseUntil time.Time
@@ -115,7 +118,7 @@ func (t *turn) record(ev wire.Event, live bool) {
 		t.evlog.add(store.Event{Seq: seq, TurnIndex: t.index, Time: time.Now(), Event: ev})
 		// Followers get every logged record, in sequence order (hence
 		// under the lock; publish never blocks).
-		t.svc.hubs.get(t.plan.req.SessionID).publish(wire.Record{Kind: wire.RecordEvent, Seq: seq, Event: &ev})
+		t.hub.publish(wire.Record{Kind: wire.RecordEvent, Seq: seq, Event: &ev})
 	}
 	t.mu.Unlock()
 	if live && t.sink != nil {
@@ -292,6 +295,7 @@ func (t *turn) begin(ctx context.Context) ([]wire.Message, error) {
 	t.mu.Lock()
 	t.seq = sess.LastSeq
 	t.evlog = newEventLog(st, sess.ID, t.log)
+	t.hub = t.svc.hubs.get(sess.ID)
 	t.mu.Unlock()
 	t.record(wire.Event{Type: wire.EventMessage, Role: "user", Text: p.tailText}, false)
 
@@ -347,7 +351,7 @@ func (lv *live) mismatch(p *plan) (reason, why string) {
 		switch {
 		case lv.harness != p.harness.spec.Name || lv.provider != p.provider:
 			return pool.ReasonRuntimeChanged, "harness or provider changed"
-		case !constantEqual(lv.epoch, credentialEpoch(p.env, p.req)):
+		case subtle.ConstantTimeCompare([]byte(lv.epoch), []byte(credentialEpoch(p.env, p.req))) != 1:
 			return pool.ReasonRuntimeChanged, "credentials-rotated"
 		case len(p.approvals) == 0:
 			return pool.ReasonSessionIncompat, "no-parked-gate"
@@ -363,7 +367,7 @@ func (lv *live) mismatch(p *plan) (reason, why string) {
 		return pool.ReasonRuntimeChanged, "config"
 	case len(p.history) > 0 && lv.historyFP != historyFingerprint(p.history):
 		return pool.ReasonContinuityInvalid, "history"
-	case !constantEqual(lv.epoch, credentialEpoch(p.env, p.req)):
+	case subtle.ConstantTimeCompare([]byte(lv.epoch), []byte(credentialEpoch(p.env, p.req))) != 1:
 		return pool.ReasonRuntimeChanged, "credentials-rotated"
 	case len(p.tail) == 0:
 		return pool.ReasonContinuityInvalid, "tail"
@@ -437,7 +441,7 @@ func (t *turn) cold(ctx context.Context, prior []wire.Message) (*live, error) {
 		hspec.Command = hc.Command
 	}
 	env := t.env(info, lv.env)
-	for _, k := range sortedKeys(hc.Env) {
+	for _, k := range slices.Sorted(maps.Keys(hc.Env)) {
 		env = append(env, k+"="+hc.Env[k])
 	}
 	load := ""
@@ -730,26 +734,6 @@ func (s *Service) conversation(ctx context.Context, sessionID string, upTo int64
 	return out, nil
 }
 
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
-func constantEqual(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	var v byte
-	for i := 0; i < len(a); i++ {
-		v |= a[i] ^ b[i]
-	}
-	return v == 0
-}
-
 func nonText(blocks []json.RawMessage) []json.RawMessage {
 	var out []json.RawMessage
 	for _, b := range blocks {
@@ -791,7 +775,7 @@ func (t *turn) writeFiles(ctx context.Context, sb sandbox.Sandbox) error {
 func (t *turn) env(info sandbox.Info, model map[string]string) []string {
 	env := append([]string(nil), t.svc.cfg.BaseEnv...)
 	env = append(env, "HOME="+info.Home)
-	for _, k := range sortedKeys(model) {
+	for _, k := range slices.Sorted(maps.Keys(model)) {
 		env = append(env, k+"="+model[k])
 	}
 	return env

@@ -2,6 +2,8 @@ package acp
 
 import (
 	"encoding/json"
+	"maps"
+	"slices"
 
 	"github.com/agentrunner/runner/internal/agent"
 	"github.com/agentrunner/runner/internal/wire"
@@ -107,13 +109,13 @@ func mcpServers(in []agent.MCPServer) []mcpServer {
 		if s.URL != "" {
 			m.Type = "http"
 			m.URL = s.URL
-			for _, k := range sortedKeys(s.Headers) {
+			for _, k := range slices.Sorted(maps.Keys(s.Headers)) {
 				m.Headers = append(m.Headers, nameValue{k, s.Headers[k]})
 			}
 		} else {
 			m.Command = s.Command
 			m.Args = s.Args
-			for _, k := range sortedKeys(s.Env) {
+			for _, k := range slices.Sorted(maps.Keys(s.Env)) {
 				m.Env = append(m.Env, nameValue{k, s.Env[k]})
 			}
 		}
