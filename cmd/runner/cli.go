@@ -37,6 +37,9 @@ func run(ctx context.Context, args []string, environ []string, stdin io.Reader, 
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
+	if wantsHelp(args[1:]) && printFlaglessHelp(args[0], stdout) {
+		return 0
+	}
 	switch args[0] {
 	case "serve":
 		return serve(ctx, args[1:], environ, stdout, stderr)

@@ -28,6 +28,10 @@ Needs DAYTONA_API_KEY (and DAYTONA_API_URL for a self-hosted Daytona).
 // daytonaCmd is `runner daytona snapshot build …`.
 func daytonaCmd(ctx context.Context, args []string, environ []string, stdout, stderr io.Writer) int {
 	if len(args) < 2 || args[0] != "snapshot" || args[1] != "build" {
+		if wantsHelp(args) {
+			fmt.Fprint(stdout, daytonaHelp)
+			return 0
+		}
 		fmt.Fprint(stderr, daytonaHelp)
 		return 2
 	}
@@ -41,8 +45,8 @@ func daytonaCmd(ctx context.Context, args []string, environ []string, stdout, st
 	memory := fs.Int("memory", 4, "memory (GB) of sandboxes made from the snapshot")
 	disk := fs.Int("disk", 5, "disk (GB) of sandboxes made from the snapshot")
 	timeout := fs.Duration("timeout", 30*time.Minute, "how long to wait for the build")
-	if err := fs.Parse(args[2:]); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args[2:], stdout); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "runner daytona snapshot build: unexpected argument %q\n", fs.Arg(0))

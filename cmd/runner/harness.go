@@ -411,8 +411,12 @@ func harnessCmd(ctx context.Context, args []string, environ []string, stdout, st
 		fmt.Fprint(stderr, help)
 		return 2
 	}
+	if wantsHelp(args[:1]) || (args[0] == "install" && wantsHelp(args[1:])) {
+		fmt.Fprint(stdout, help)
+		return 0
+	}
 	cfg, ok := loadConfig(environ, stderr)
-	if !ok {
+	if !ok && !wantsHelp(args[1:]) {
 		return 2
 	}
 	switch args[0] {
@@ -434,8 +438,8 @@ func harnessCmd(ctx context.Context, args []string, environ []string, stdout, st
 		fs := flag.NewFlagSet("runner harness list", flag.ContinueOnError)
 		fs.SetOutput(stderr)
 		asJSON := fs.Bool("json", false, "print JSON")
-		if err := fs.Parse(args[1:]); err != nil {
-			return 2
+		if code, ok := parseFlags(fs, args[1:], stdout); !ok {
+			return code
 		}
 		list := harness.List(cfg.HarnessDir)
 		if *asJSON {

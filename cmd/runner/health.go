@@ -12,14 +12,14 @@ import (
 // health is `runner health`: GET /health of a running service.
 func health(ctx context.Context, args []string, environ []string, stdout, stderr io.Writer) int {
 	cfg, ok := loadConfig(environ, stderr)
-	if !ok {
+	if !ok && !wantsHelp(args) {
 		return 2
 	}
 	fs := flag.NewFlagSet("runner health", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	url := fs.String("url", "http://"+cfg.Addr(), "base URL of the runner")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args, stdout); !ok {
+		return code
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

@@ -20,8 +20,8 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 	prompt := fs.String("prompt", "", "user message; without it the request is read as JSON from stdin")
 	model := fs.String("model", "", "model id")
 	stream := fs.Bool("stream", false, "print NDJSON records instead of one JSON result")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args, stdout); !ok {
+		return code
 	}
 	cfg, ok := loadConfig(environ, stderr)
 	if !ok {

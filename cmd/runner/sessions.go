@@ -14,14 +14,14 @@ import (
 // one session with its turns, as JSON (GET /v1/sessions[/ID]).
 func sessions(ctx context.Context, args []string, environ []string, stdout, stderr io.Writer) int {
 	cfg, ok := loadConfig(environ, stderr)
-	if !ok {
+	if !ok && !wantsHelp(args) {
 		return 2
 	}
 	fs := flag.NewFlagSet("runner sessions", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	base := fs.String("url", "http://"+cfg.Addr(), "base URL of the runner")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args, stdout); !ok {
+		return code
 	}
 	if cfg.Token == "" {
 		fmt.Fprintln(stderr, "runner sessions: set AGENTA_RUNNER_TOKEN to the service's token")

@@ -53,7 +53,15 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	workdir := fs.String("workdir", "", "default working directory of processes (default the current directory)")
 	detach := fs.Bool("detach", false, "start in the background and exit once it listens")
 	readyFD := fs.Int("ready-fd", 0, "internal: file descriptor to report readiness on")
+	for _, a := range args {
+		if a == "-h" || a == "-help" || a == "--help" {
+			fs.SetOutput(stdout) // asked-for help is output, not an error
+		}
+	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 	// The environment wins over --listen so that a host which maps ports

@@ -28,7 +28,15 @@ func MCPStdio(ctx context.Context, args []string, getenv func(string) string, st
 	fl := flag.NewFlagSet("mcp-stdio", flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	socket := fl.String("socket", "", "relay socket path (default $"+EnvSocket+")")
+	for _, a := range args {
+		if a == "-h" || a == "-help" || a == "--help" {
+			fl.SetOutput(stdout) // asked-for help is output, not an error
+		}
+	}
 	if err := fl.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 	if *socket == "" {

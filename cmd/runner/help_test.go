@@ -1,0 +1,53 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+// Every subcommand answers --help with exit 0 and its usage on stdout,
+// listing its flags where it has any.
+func TestHelpExitsZeroOnEverySubcommand(t *testing.T) {
+	cases := []struct {
+		args  []string
+		flags []string // flags the help must list
+	}{
+		{[]string{"serve"}, nil},
+		{[]string{"run"}, []string{"-harness", "-prompt", "-stream"}},
+		{[]string{"health"}, []string{"-url"}},
+		{[]string{"sessions"}, []string{"-url"}},
+		{[]string{"harness"}, nil},
+		{[]string{"harness", "install"}, nil},
+		{[]string{"harness", "list"}, []string{"-json"}},
+		{[]string{"daytona"}, nil},
+		{[]string{"daytona", "snapshot", "build"}, []string{"-name", "-base", "-harness", "-timeout"}},
+		{[]string{"mcp-stdio"}, []string{"-socket"}},
+		{[]string{"sandboxd"}, []string{"-listen", "-state-dir", "-detach"}},
+		{[]string{"channel-forward"}, nil},
+		{[]string{"sandbox-proxy-bridge"}, nil},
+		{[]string{"version"}, nil},
+	}
+	for _, c := range cases {
+		for _, h := range []string{"--help", "-h"} {
+			args := append(append([]string{}, c.args...), h)
+			t.Run(strings.Join(args, " "), func(t *testing.T) {
+				var out, errb bytes.Buffer
+				env := []string{"HOME=" + t.TempDir(), "AGENTA_RUNNER_DATA_DIR=" + t.TempDir()}
+				code := run(context.Background(), args, env, strings.NewReader(""), &out, &errb)
+				if code != 0 {
+					t.Fatalf("exit %d, want 0; stderr:\n%s", code, errb.String())
+				}
+				if !strings.Contains(strings.ToLower(out.String()), "usage") {
+					t.Errorf("stdout has no usage:\n%s", out.String())
+				}
+				for _, f := range c.flags {
+					if !strings.Contains(out.String(), f) {
+						t.Errorf("help does not list %s:\n%s", f, out.String())
+					}
+				}
+			})
+		}
+	}
+}
