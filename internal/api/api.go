@@ -225,24 +225,24 @@ func bodyError(err error) error {
 func (h *Handler) run(w http.ResponseWriter, r *http.Request) {
 	if n := h.inflight.Add(1); n > int64(h.cfg.ConcurrencyLimit) {
 		h.inflight.Add(-1)
-		WriteError(w, http.StatusTooManyRequests, "Runner at capacity ("+strconv.Itoa(h.cfg.ConcurrencyLimit)+" concurrent runs); retry later or raise AGENTA_RUNNER_CONCURRENCY_LIMIT")
+		refuse(w, r, errdefs.With(errdefs.ErrExhausted, errors.New("Runner at capacity ("+strconv.Itoa(h.cfg.ConcurrencyLimit)+" concurrent runs); retry later or raise AGENTA_RUNNER_CONCURRENCY_LIMIT")))
 		return
 	}
 	defer h.inflight.Add(-1)
 
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
 	if err != nil {
-		WriteErr(w, bodyError(err))
+		refuse(w, r, bodyError(err))
 		return
 	}
 	req, err := wire.Decode(body)
 	if err != nil {
-		WriteErr(w, err)
+		refuse(w, r, err)
 		return
 	}
 	turn, err := h.runner.Start(r.Context(), req)
 	if err != nil {
-		WriteErr(w, err)
+		refuse(w, r, err)
 		return
 	}
 	h.runTurn(w, r, turn)
@@ -251,7 +251,7 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request) {
 // runTurn runs an admitted turn: NDJSON with Accept: application/x-ndjson,
 // else one JSON result.
 func (h *Handler) runTurn(w http.ResponseWriter, r *http.Request, turn *runner.Turn) {
-	if strings.Contains(r.Header.Get("Accept"), "application/x-ndjson") {
+	if wantsNDJSON(r) {
 		h.stream(w, r, turn)
 		return
 	}
@@ -268,7 +268,11 @@ func (h *Handler) runTurn(w http.ResponseWriter, r *http.Request, turn *runner.T
 func (h *Handler) stream(w http.ResponseWriter, r *http.Request, turn *runner.Turn) {
 	out := startNDJSON(w)
 	stopPings := out.ping(h.cfg.PingInterval)
+	agenta := turn.Platform()
 	res, _ := turn.Run(r.Context(), func(seq int64, ev wire.Event) {
+		if agenta && runnerOnly(ev) {
+			return
+		}
 		out.write(wire.Record{Kind: wire.RecordEvent, Seq: seq, Event: &ev})
 	})
 	stopPings()

@@ -230,9 +230,24 @@ func TestBadInput(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			for _, path := range []string{"/run", "/stream"} {
-				code, body := e.do(t, "POST", path, c.body, map[string]string{"Accept": "application/x-ndjson"})
+				// One-shot JSON keeps the error's status.
+				code, body := e.do(t, "POST", path, c.body, nil)
 				if code != c.want || !bytes.Contains(body, []byte(c.msg)) || !bytes.Contains(body, []byte(`"ok":false`)) {
-					t.Errorf("%s: status %d body %.300s; want %d containing %q", path, code, body, c.want, c.msg)
+					t.Errorf("%s JSON: status %d body %.300s; want %d containing %q", path, code, body, c.want, c.msg)
+				}
+				// A stream carries the refusal in its one result, as
+				// Agenta's client needs; 413 keeps its status.
+				code, body = e.do(t, "POST", path, c.body, map[string]string{"Accept": "application/x-ndjson"})
+				if c.want == 413 {
+					if code != 413 {
+						t.Errorf("%s NDJSON: status %d, want 413", path, code)
+					}
+					continue
+				}
+				lines := strings.Split(strings.TrimSpace(string(body)), "\n")
+				var rec wire.Record
+				if code != 200 || len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &rec) != nil || rec.Kind != wire.RecordResult || rec.Result.OK || !strings.Contains(rec.Result.Error, strings.ReplaceAll(c.msg, `\"`, `"`)) {
+					t.Errorf("%s NDJSON: status %d body %.300s; want 200 and one result {ok:false} containing %q", path, code, body, c.msg)
 				}
 			}
 		})

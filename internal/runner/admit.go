@@ -33,6 +33,10 @@ type plan struct {
 	// tool call id; approvalOnly is a tail that carries nothing else.
 	approvals    map[string]bool
 	approvalOnly bool
+	// tokens maps an approval's interactionToken to its tool call id.
+	tokens map[string]string
+	// attachments are the tail's attachment blocks (attach.go).
+	attachments []wire.ContentBlock
 }
 
 // admit checks a request against the deployment and builds its plan. Every
@@ -114,15 +118,25 @@ func (s *Service) admit(req *wire.Request) (*plan, error) {
 		return nil, errdefs.Invalidf("messages: No user message to send (prompt/messages empty)")
 	}
 	tail := req.Messages[len(req.Messages)-1]
-	if tail.Role != "user" {
-		return nil, errdefs.Invalidf("messages: No user message to send (prompt/messages empty): the last message has role %q, want \"user\"", tail.Role)
-	}
-	blocks, text, err := promptBlocks(tail)
-	if err != nil {
-		return nil, err
+	var blocks []json.RawMessage
+	var text string
+	if tail.Role == "user" {
+		var err error
+		if blocks, text, err = promptBlocks(tail); err != nil {
+			return nil, err
+		}
+	} else if !carriesApproval(tail) {
+		// The web app resumes an approval with the decision on an
+		// assistant tail; anything else must end with the user's turn.
+		return nil, errdefs.Invalidf("messages: No user message to send (prompt/messages empty): the last message has role %q and answers no approval (a tool_result {\"approved\": bool}); end the conversation with a user message", tail.Role)
 	}
 	p.approvals = approvalsOf(tail)
-	if len(blocks) == 0 {
+	p.tokens = interactionTokens(tail)
+	p.attachments = attachmentsOf(tail)
+	if err := checkAttachments(p.attachments); err != nil {
+		return nil, err
+	}
+	if len(blocks) == 0 && len(p.attachments) == 0 {
 		if len(p.approvals) == 0 {
 			return nil, errdefs.Invalidf("messages: No user message to send (prompt/messages empty)")
 		}

@@ -145,6 +145,9 @@ func (t *turn) resumeWarm(ctx context.Context, lv *live) (agent.Outcome, bool, e
 	var carried []gate
 	for _, g := range gates {
 		approved, ok := t.plan.approvals[g.ToolCallID]
+		if id, byToken := t.plan.tokens[g.InteractionID]; !ok && byToken {
+			approved, ok = t.plan.approvals[id] // answered on the platform, by its token
+		}
 		if !ok {
 			carried = append(carried, g)
 			continue

@@ -47,11 +47,8 @@ func promptBlocks(m wire.Message) ([]json.RawMessage, string, error) {
 			raw, _ := json.Marshal(b)
 			out = append(out, raw)
 		case "tool_call", "tool_result", "attachment":
-			// Tool envelopes are not a fresh turn; attachments need the
-			// attachment store, which this runner does not have.
-			if b.Type == "attachment" {
-				return nil, "", errdefs.Invalidf("messages[-1].content[%d]: attachment blocks are not supported; send the file as a resource or image block", i)
-			}
+			// Tool envelopes are not a fresh turn; attachments are fetched
+			// from the platform when the turn runs (attach.go).
 		default:
 			return nil, "", errdefs.Invalidf("messages[-1].content[%d].type: unknown block type %q", i, b.Type)
 		}

@@ -77,6 +77,8 @@ type Config struct {
 	// DenyAllPermissions is the incident kill switch: every permission
 	// request and tool call is denied.
 	DenyAllPermissions bool
+	// Observers follow every session turn (the platform mirror, traces).
+	Observers []Observer
 
 	Logger *slog.Logger
 }
@@ -336,6 +338,7 @@ func (s *Service) run(ctx context.Context, t *turn, sink Sink) (wire.Result, err
 		res.Messages = []wire.OutMessage{{Role: "assistant", Content: res.Output}}
 	}
 	res.Capabilities = t.caps
+	res.TraceID = t.traceID()
 	if err != nil {
 		if cause := context.Cause(ctx); cause != nil && errors.Is(err, context.Canceled) {
 			err = cause
@@ -463,17 +466,34 @@ var (
 // Kill cancels the session's in-flight turn in the project, releases its
 // warm harness and waits (bounded by ctx) for the teardown. It returns how
 // many turns it stopped.
+//
+// A turn whose request named no project (Agenta's services never send
+// one on a run) matches by session id, unless the platform told us its
+// project and that is another one.
 func (s *Service) Kill(ctx context.Context, sessionID, projectID string) int {
-	n := s.stopSession(ctx, projectID+":"+sessionID, errKilled)
-	s.evict(projectID+":"+sessionID, pool.ReasonKill)
+	key := projectID + ":" + sessionID
+	n := s.stopTurns(ctx, errKilled, func(t *turn) bool {
+		if t.key == key {
+			return true
+		}
+		return t.key == ":"+sessionID && (t.project == "" || t.project == projectID)
+	})
+	s.evict(key, pool.ReasonKill)
+	s.evict(":"+sessionID, pool.ReasonKill)
 	return n
 }
 
 func (s *Service) stopSession(ctx context.Context, key string, cause error) int {
+	return s.stopTurns(ctx, cause, func(t *turn) bool { return t.key == key })
+}
+
+// stopTurns cancels the in-flight turns match selects (called under
+// s.mu) and waits for them, bounded by ctx.
+func (s *Service) stopTurns(ctx context.Context, cause error, match func(*turn) bool) int {
 	s.mu.Lock()
 	var hit []*turn
 	for t := range s.inflight {
-		if t.key == key {
+		if match(t) {
 			hit = append(hit, t)
 		}
 	}

@@ -53,6 +53,10 @@ type turn struct {
 	priorSeq int64
 	lv       *live      // the harness serving this turn, once acquired
 	tools    *tools.Set // this turn's tools, nil without customTools
+	// observers follow the turn (observe.go); project is the project the
+	// platform named for a request without one (guarded by svc.mu).
+	observers []TurnObserver
+	project   string
 
 	// mu guards the following: events arrive on the harness's reader.
 	mu     sync.Mutex
@@ -111,6 +115,9 @@ func (t *turn) record(ev wire.Event, live bool) {
 	var seq int64
 	if !ev.Transient && live {
 		t.events = append(t.events, ev)
+	}
+	if live && t.observers != nil {
+		t.observeEvent(ev)
 	}
 	if !ev.Transient && t.evlog != nil {
 		t.seq++
@@ -252,6 +259,11 @@ func (t *turn) run(ctx context.Context) (out agent.Outcome, err error) {
 		}
 	}
 	t.record(wire.DataEvent("agent-session", map[string]string{"mode": mode, "agentSessionId": lv.sess.ID(), "sandbox": lv.sb.Info().ID}, false), true)
+	att, err := t.attachmentBlocks(ctx, lv)
+	if err != nil {
+		return agent.Outcome{}, err
+	}
+	blocks = append(blocks, att...)
 	if out, err = lv.sess.Prompt(ctx, blocks, t.fromHarness); err == nil {
 		err = t.diagnose(ctx, lv, out)
 	}
@@ -298,6 +310,7 @@ func (t *turn) begin(ctx context.Context) ([]wire.Message, error) {
 	t.hub = t.svc.hubs.get(sess.ID)
 	t.mu.Unlock()
 	t.record(wire.Event{Type: wire.EventMessage, Role: "user", Text: p.tailText}, false)
+	t.observe(ctx)
 
 	if len(p.history) > 0 || sess.LastSeq == 0 {
 		return nil, nil
@@ -557,7 +570,17 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 	if err != nil && stop != agent.StopCancelled {
 		stop = "error"
 	}
-	t.emit(wire.Event{Type: wire.EventDone, StopReason: stop})
+	t.emit(wire.Event{Type: wire.EventDone, StopReason: stop, TraceID: t.traceID()})
+	if t.observers != nil {
+		end := TurnEnd{StopReason: stop, Usage: out.Usage, Err: err, Model: t.plan.req.Model}
+		if lv != nil {
+			end.SandboxID = lv.sb.Info().ID
+			if lv.sess != nil {
+				end.AgentSessionID = lv.sess.ID()
+			}
+		}
+		t.observeEnd(end)
+	}
 	if t.evlog != nil {
 		if werr := t.evlog.close(); werr != nil {
 			t.svc.forgetHold(t.plan.req.SessionID) // the log's last seq is unknown

@@ -67,8 +67,19 @@ type Event struct {
 	Payload    json.RawMessage `json:"payload,omitempty"`
 	Message    string          `json:"message,omitempty"`
 	StopReason string          `json:"stopReason,omitempty"`
-	Total      *int64          `json:"total,omitempty"`
-	Cost       *float64        `json:"cost,omitempty"`
+	TraceID    string          `json:"traceId,omitempty"`
+	// render hints of tool_call/tool_result (the tool spec's render)
+	Render json.RawMessage `json:"render,omitempty"`
+	// file events
+	URL       string `json:"url,omitempty"`
+	MediaType string `json:"mediaType,omitempty"`
+	// attachment_delivery events
+	AttachmentID string   `json:"attachmentId,omitempty"`
+	Outcome      string   `json:"outcome,omitempty"`
+	ReasonCode   string   `json:"reasonCode,omitempty"`
+	WorkingPath  string   `json:"workingPath,omitempty"`
+	Total        *int64   `json:"total,omitempty"`
+	Cost         *float64 `json:"cost,omitempty"`
 }
 
 // UsageEvent builds a usage event from counters.
@@ -131,4 +142,6 @@ const (
 	EventUsage          = "usage"
 	EventError          = "error"
 	EventDone           = "done"
+	EventFile           = "file"
+	EventAttachment     = "attachment_delivery"
 )
