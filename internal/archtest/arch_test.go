@@ -43,6 +43,7 @@ var implementations = []string{
 	"internal/sandbox/local", "internal/sandbox/daytona",
 	"internal/store/sqlite", "internal/store/postgres",
 	"internal/agent/acp",
+	"internal/workspace/fs", "internal/workspace/s3",
 }
 
 func rel(path string) string { return strings.TrimPrefix(path, module+"/") }

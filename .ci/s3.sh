@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Builds the S3 server the workspace tests run against: SeaweedFS's `weed`
+# (Apache-2.0; S3 gateway with IAM and STS AssumeRole), from the Go module
+# proxy at a pinned version, into a cache outside the checkout. Skips the
+# build when the binary is already there. Prints the binary's path.
+#
+#   .ci/s3.sh            # build if missing, print /var/cache/runner-tools/.../weed
+set -euo pipefail
+
+name=seaweedfs
+module=github.com/seaweedfs/seaweedfs
+version=v0.0.0-20261109003541-7506e5f91cd6
+dir=${RUNNER_TOOLS_DIR:-/var/cache/runner-tools}/$name-$version
+bin=$dir/weed
+
+if [[ -x $bin ]]; then
+  echo "$bin"
+  exit 0
+fi
+
+mkdir -p "$dir"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# Reuse the machine's module cache: the build is long enough without
+# downloading every dependency again.
+export GOMODCACHE=${GOMODCACHE:-$(go env GOMODCACHE)}
+export GOPATH=$work/gopath GOBIN=$work/bin GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
+
+if ! go install "$module/weed@$version" >&2; then
+  # go install refuses modules whose go.mod has replace directives: build
+  # from a copy of the module instead.
+  go mod download -x "$module@$version" >&2
+  src=$(go mod download -json "$module@$version" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  cp -r "$src" "$work/src"
+  chmod -R u+w "$work/src"
+  (cd "$work/src" && go build -o "$GOBIN/weed" ./weed) >&2
+fi
+
+install -m 0755 "$GOBIN/weed" "$bin.tmp"
+mv "$bin.tmp" "$bin"
+echo "$bin"

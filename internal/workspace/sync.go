@@ -1,0 +1,506 @@
+package workspace
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+	"sync"
+
+	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/workspace/tree"
+)
+
+// Tree is a sandbox's filesystem as the sync sees it: the local disk
+// (tree.Local) or a remote sandbox's daemon. Paths are relative to root.
+type Tree interface {
+	Scan(ctx context.Context, root string, opt tree.ScanOptions) (tree.Result, error)
+	// Export streams the named entries as tar (missing ones left out).
+	Export(ctx context.Context, root string, paths []string) (io.ReadCloser, error)
+	// Import applies a tar stream (entries, and deletions marked with
+	// tree.OpRecord).
+	Import(ctx context.Context, root string, r io.Reader) error
+}
+
+// MetaDir is the store's (and the tree's) reserved directory: the
+// manifest lives in it, and a tree's own MetaDir is never synced.
+const MetaDir = ".agenta-runner"
+
+// ManifestKey is where a mount's manifest lives in its store.
+const ManifestKey = MetaDir + "/manifest.json"
+
+// Manifest is what a mount's store holds: every entry of the tree, with
+// the content hash of each file (its object is at the file's path).
+type Manifest struct {
+	Version int          `json:"version"`
+	Time    int64        `json:"time"` // the scan's start, on the tree's clock
+	Entries []tree.Entry `json:"entries"`
+}
+
+// Mount is one synced tree: a directory in the sandbox and its store.
+type Mount struct {
+	Name    string // "workspace", "agent", "home": for errors and events
+	Store   Store
+	Root    string   // absolute path in the sandbox
+	Include []string // see tree.ScanOptions
+	Exclude []string
+}
+
+func (m Mount) scanOptions(known Manifest) tree.ScanOptions {
+	return tree.ScanOptions{Include: m.Include, Exclude: append([]string{"/" + MetaDir}, m.Exclude...), Known: known.Entries, TrustBefore: known.Time}
+}
+
+// Stats counts what one restore or checkpoint did.
+type Stats struct {
+	Entries     int   // in the tree after it
+	Hashed      int   // files read to hash them
+	Transferred int   // files copied
+	Bytes       int64 // bytes copied
+	Deleted     int   // entries or objects removed
+	Wrote       bool  // the manifest was written
+}
+
+// workers bounds concurrent object transfers of one sync.
+const workers = 8
+
+// inMemory is the size up to which a transferred file is buffered, so
+// transfers of small files run in parallel.
+const inMemory = 8 << 20
+
+// ReadManifest reads a mount's manifest; a store without one is an empty
+// tree.
+func ReadManifest(ctx context.Context, s Store) (Manifest, error) {
+	rc, err := s.Get(ctx, ManifestKey)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return Manifest{Version: 1}, nil
+	}
+	if err != nil {
+		return Manifest{}, StoreError(s.String(), "read manifest", err)
+	}
+	defer rc.Close()
+	var m Manifest
+	if err := json.NewDecoder(rc).Decode(&m); err != nil {
+		return Manifest{}, StoreError(s.String(), "read manifest", fmt.Errorf("decode: %w", err))
+	}
+	if m.Version != 1 {
+		return Manifest{}, StoreError(s.String(), "read manifest", fmt.Errorf("version %d is not supported", m.Version))
+	}
+	return m, nil
+}
+
+func writeManifest(ctx context.Context, s Store, m Manifest) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if err := s.Put(ctx, ManifestKey, bytes.NewReader(b), int64(len(b))); err != nil {
+		return StoreError(s.String(), "write manifest", err)
+	}
+	return nil
+}
+
+// Restore makes the sandbox's tree at m.Root what the store holds,
+// copying only what differs from what the tree already has, and returns
+// the manifest the tree now matches (the base of the next Checkpoint).
+func Restore(ctx context.Context, tr Tree, m Mount) (Manifest, Stats, error) {
+	man, err := ReadManifest(ctx, m.Store)
+	if err != nil {
+		return Manifest{}, Stats{}, err
+	}
+	have, err := tr.Scan(ctx, m.Root, m.scanOptions(man))
+	if err != nil {
+		return Manifest{}, Stats{}, fmt.Errorf("restore %s: %w", m.Name, err)
+	}
+	st := Stats{Entries: len(man.Entries), Hashed: have.Hashed}
+	want := index(man.Entries)
+	var deletes []string
+	for _, e := range have.Entries {
+		if _, ok := want[e.Path]; ok || underAny(e.Path, deletes) {
+			continue
+		}
+		deletes = append(deletes, e.Path)
+	}
+	haveIdx := index(have.Entries)
+	var puts []tree.Entry
+	for _, e := range man.Entries {
+		if h, ok := haveIdx[e.Path]; ok && sameForRestore(h, e) {
+			continue
+		}
+		puts = append(puts, e)
+	}
+	st.Deleted = len(deletes)
+	if len(deletes) == 0 && len(puts) == 0 {
+		return man, st, nil
+	}
+	pr, pw := io.Pipe()
+	var wg sync.WaitGroup
+	var got map[string]string // path → hash of what was copied
+	var bytesCopied int64
+	var werr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		got, bytesCopied, werr = writeRestoreTar(ctx, pw, m.Store, deletes, puts)
+		pw.CloseWithError(werr)
+	}()
+	ierr := tr.Import(ctx, m.Root, pr)
+	pr.CloseWithError(errors.New("import ended"))
+	wg.Wait()
+	if werr != nil {
+		return Manifest{}, st, fmt.Errorf("restore %s: %w", m.Name, werr)
+	}
+	if ierr != nil {
+		return Manifest{}, st, fmt.Errorf("restore %s into the sandbox: %w", m.Name, ierr)
+	}
+	for i, e := range man.Entries {
+		if h, ok := got[e.Path]; ok {
+			man.Entries[i].Hash = h // the object's content, whatever the manifest said
+		}
+	}
+	st.Transferred, st.Bytes = len(got), bytesCopied
+	return man, st, nil
+}
+
+func sameForRestore(have, want tree.Entry) bool {
+	if have.Kind != want.Kind || have.Mode != want.Mode {
+		return false
+	}
+	switch want.Kind {
+	case tree.File:
+		return have.Hash == want.Hash
+	case tree.Symlink:
+		return have.Target == want.Target
+	}
+	return true
+}
+
+func index(es []tree.Entry) map[string]tree.Entry {
+	m := make(map[string]tree.Entry, len(es))
+	for _, e := range es {
+		m[e.Path] = e
+	}
+	return m
+}
+
+func underAny(p string, dirs []string) bool {
+	for i := len(dirs) - 1; i >= 0; i-- { // sorted: the nearest parent is last
+		if strings.HasPrefix(p, dirs[i]+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+type fetched struct {
+	data []byte
+	err  error
+}
+
+// writeRestoreTar writes deletions, then entries (objects fetched ahead by
+// workers, written in order), to w.
+func writeRestoreTar(ctx context.Context, w io.Writer, s Store, deletes []string, puts []tree.Entry) (map[string]string, int64, error) {
+	tw := tar.NewWriter(w)
+	for _, d := range deletes {
+		if err := tw.WriteHeader(tree.DeleteHeader(d)); err != nil {
+			return nil, 0, err
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	futures := make([]chan fetched, len(puts))
+	sem := make(chan struct{}, workers)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for i, e := range puts {
+		if e.Kind != tree.File || e.Size > inMemory {
+			continue
+		}
+		futures[i] = make(chan fetched, 1)
+		wg.Add(1)
+		go func(e tree.Entry, out chan<- fetched) {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				out <- fetched{err: ctx.Err()}
+				return
+			}
+			defer func() { <-sem }()
+			b, err := getAll(ctx, s, e.Path)
+			out <- fetched{data: b, err: err}
+		}(e, futures[i])
+	}
+	got := make(map[string]string)
+	var total int64
+	for i, e := range puts {
+		hdr := tree.Header(e)
+		if e.Kind != tree.File {
+			if err := tw.WriteHeader(hdr); err != nil {
+				return nil, 0, err
+			}
+			continue
+		}
+		if futures[i] != nil {
+			f := <-futures[i]
+			if f.err != nil {
+				return nil, 0, f.err
+			}
+			hdr.Size = int64(len(f.data))
+			if err := tw.WriteHeader(hdr); err != nil {
+				return nil, 0, err
+			}
+			if _, err := tw.Write(f.data); err != nil {
+				return nil, 0, err
+			}
+			got[e.Path] = tree.HashBytes(f.data)
+			total += hdr.Size
+			continue
+		}
+		rc, err := s.Get(ctx, e.Path)
+		if err != nil {
+			return nil, 0, StoreError(s.String(), "get "+e.Path, err)
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			rc.Close()
+			return nil, 0, err
+		}
+		h := sha256.New()
+		n, err := io.Copy(io.MultiWriter(tw, h), rc)
+		rc.Close()
+		if err != nil {
+			return nil, 0, StoreError(s.String(), "get "+e.Path, err)
+		}
+		if n != e.Size {
+			return nil, 0, StoreError(s.String(), "get "+e.Path, fmt.Errorf("object has %d bytes, the manifest says %d", n, e.Size))
+		}
+		got[e.Path] = hex.EncodeToString(h.Sum(nil))
+		total += n
+	}
+	return got, total, tw.Close()
+}
+
+func getAll(ctx context.Context, s Store, key string) ([]byte, error) {
+	rc, err := s.Get(ctx, key)
+	if err != nil {
+		return nil, StoreError(s.String(), "get "+key, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, StoreError(s.String(), "get "+key, err)
+	}
+	return b, nil
+}
+
+// Checkpoint writes what changed in the sandbox's tree since prev (the
+// manifest the tree last matched) to the store: changed files, deleted
+// objects, then the new manifest. It returns that manifest.
+func Checkpoint(ctx context.Context, tr Tree, m Mount, prev Manifest) (Manifest, Stats, error) {
+	cur, err := tr.Scan(ctx, m.Root, m.scanOptions(prev))
+	if err != nil {
+		return Manifest{}, Stats{}, fmt.Errorf("checkpoint %s: %w", m.Name, err)
+	}
+	st := Stats{Hashed: cur.Hashed}
+	old := index(prev.Entries)
+	var changed []string
+	for _, e := range cur.Entries {
+		if e.Kind != tree.File {
+			continue
+		}
+		if o, ok := old[e.Path]; !ok || o.Kind != tree.File || o.Hash != e.Hash || o.Size != e.Size {
+			changed = append(changed, e.Path)
+		}
+	}
+	// An object whose path is now a directory (or under what is now a
+	// file) goes first: a store on a filesystem cannot hold both.
+	curIdx := index(cur.Entries)
+	var early []string
+	for _, o := range prev.Entries {
+		if o.Kind == tree.File && conflicts(o.Path, curIdx) {
+			early = append(early, o.Path)
+		}
+	}
+	for _, p := range early {
+		if err := m.Store.Delete(ctx, p); err != nil {
+			return Manifest{}, st, StoreError(m.Store.String(), "delete "+p, err)
+		}
+		st.Deleted++
+	}
+	uploaded := map[string]tree.Entry{}
+	if len(changed) > 0 {
+		if uploaded, st.Bytes, err = upload(ctx, tr, m, changed); err != nil {
+			return Manifest{}, st, err
+		}
+	}
+	next := Manifest{Version: 1, Time: cur.Time, Entries: make([]tree.Entry, 0, len(cur.Entries))}
+	isChanged := make(map[string]bool, len(changed))
+	for _, p := range changed {
+		isChanged[p] = true
+	}
+	for _, e := range cur.Entries {
+		if isChanged[e.Path] {
+			u, ok := uploaded[e.Path]
+			if !ok {
+				continue // gone before it was read
+			}
+			e = u
+		}
+		next.Entries = append(next.Entries, e)
+	}
+	st.Transferred, st.Entries = len(uploaded), len(next.Entries)
+	nextIdx := index(next.Entries)
+	var gone []string
+	for _, o := range prev.Entries {
+		if o.Kind != tree.File {
+			continue
+		}
+		if n, ok := nextIdx[o.Path]; (!ok || n.Kind != tree.File) && !conflicts(o.Path, curIdx) {
+			gone = append(gone, o.Path)
+		}
+	}
+	if !manifestChanged(prev, next) {
+		return prev, st, nil
+	}
+	// The manifest goes before the deletions: a checkpoint cut short never
+	// leaves a manifest naming objects that are gone.
+	if err := writeManifest(ctx, m.Store, next); err != nil {
+		return Manifest{}, st, err
+	}
+	st.Wrote = true
+	for _, p := range gone {
+		if err := m.Store.Delete(ctx, p); err != nil {
+			return Manifest{}, st, StoreError(m.Store.String(), "delete "+p, err)
+		}
+		st.Deleted++
+	}
+	return next, st, nil
+}
+
+// conflicts reports whether the file path p of an earlier tree clashes
+// with the current one: p is now a directory or symlink, or one of its
+// parents is no longer a directory.
+func conflicts(p string, cur map[string]tree.Entry) bool {
+	if e, ok := cur[p]; ok && e.Kind != tree.File {
+		return true
+	}
+	for d := path.Dir(p); d != "."; d = path.Dir(d) {
+		if e, ok := cur[d]; ok && e.Kind != tree.Dir {
+			return true
+		}
+	}
+	return false
+}
+
+func manifestChanged(a, b Manifest) bool {
+	if len(a.Entries) != len(b.Entries) {
+		return true
+	}
+	for i := range a.Entries {
+		if a.Entries[i] != b.Entries[i] {
+			return true
+		}
+	}
+	return false
+}
+
+// upload exports the changed files from the tree and puts each in the
+// store, small ones by parallel workers. It returns the entries as
+// uploaded (hash of what was sent).
+func upload(ctx context.Context, tr Tree, m Mount, paths []string) (map[string]tree.Entry, int64, error) {
+	rc, err := tr.Export(ctx, m.Root, paths)
+	if err != nil {
+		return nil, 0, fmt.Errorf("checkpoint %s: export from the sandbox: %w", m.Name, err)
+	}
+	defer rc.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+	)
+	fail := func(err error) {
+		mu.Lock()
+		if first == nil {
+			first = err
+			cancel()
+		}
+		mu.Unlock()
+	}
+	sem := make(chan struct{}, workers)
+	out := make(map[string]tree.Entry, len(paths))
+	var total int64
+	trd := tar.NewReader(rc)
+	for {
+		hdr, err := trd.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			fail(fmt.Errorf("checkpoint %s: export from the sandbox: %w", m.Name, err))
+			break
+		}
+		if hdr.Typeflag != tar.TypeReg {
+			continue
+		}
+		rel, err := tree.Clean(hdr.Name)
+		if err != nil {
+			fail(err)
+			break
+		}
+		e := tree.Entry{Path: rel, Kind: tree.File, Mode: uint32(hdr.Mode & 0o7777), Size: hdr.Size, MTime: hdr.ModTime.UnixNano()}
+		total += hdr.Size
+		if hdr.Size > inMemory {
+			h := sha256.New()
+			if err := m.Store.Put(ctx, rel, io.TeeReader(trd, h), hdr.Size); err != nil {
+				fail(StoreError(m.Store.String(), "put "+rel, err))
+				break
+			}
+			e.Hash = hex.EncodeToString(h.Sum(nil))
+			mu.Lock()
+			out[rel] = e
+			mu.Unlock()
+			continue
+		}
+		b, err := io.ReadAll(trd)
+		if err != nil {
+			fail(fmt.Errorf("checkpoint %s: export from the sandbox: %w", m.Name, err))
+			break
+		}
+		e.Hash = tree.HashBytes(b)
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := m.Store.Put(ctx, rel, bytes.NewReader(b), int64(len(b))); err != nil {
+				fail(StoreError(m.Store.String(), "put "+rel, err))
+				return
+			}
+			mu.Lock()
+			out[rel] = e
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		return nil, 0, first
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err
+	}
+	return out, total, nil
+}

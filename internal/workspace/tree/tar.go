@@ -1,0 +1,305 @@
+package tree
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"time"
+)
+
+// OpRecord is the PAX record that marks a tar entry as an operation rather
+// than content; OpDelete removes the entry's path (recursively).
+const (
+	OpRecord = "RUNNER.op"
+	OpDelete = "delete"
+)
+
+// smallFile is the size up to which Export reads a file whole before its
+// header is written, so a file that changes while it is read still yields
+// a consistent entry.
+const smallFile = 16 << 20
+
+// Export writes the named entries of root (relative slash paths) to w as a
+// tar stream: regular files with their content, directories, symlinks.
+// Paths that no longer exist are left out; the reader sees what was there.
+func Export(root string, paths []string, w io.Writer) error {
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return fmt.Errorf("export %s: %w", root, err)
+	}
+	defer r.Close()
+	tw := tar.NewWriter(w)
+	for _, p := range paths {
+		rel, err := Clean(p)
+		if err != nil {
+			return err
+		}
+		info, err := r.Lstat(rel)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("export %s: %w", rel, err)
+		}
+		hdr := &tar.Header{Name: rel, Mode: int64(info.Mode().Perm()) | int64(specialBits(info.Mode())), ModTime: info.ModTime(), Format: tar.FormatPAX}
+		switch {
+		case info.Mode().IsRegular():
+			if err := exportFile(r, rel, info, hdr, tw); err != nil {
+				return err
+			}
+			continue
+		case info.IsDir():
+			hdr.Typeflag = tar.TypeDir
+		case info.Mode()&fs.ModeSymlink != 0:
+			t, err := r.Readlink(rel)
+			if err != nil {
+				return fmt.Errorf("export %s: %w", rel, err)
+			}
+			hdr.Typeflag, hdr.Linkname, hdr.Mode = tar.TypeSymlink, t, 0o777
+		default:
+			continue
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+	}
+	return tw.Close()
+}
+
+func exportFile(r *os.Root, rel string, info fs.FileInfo, hdr *tar.Header, tw *tar.Writer) error {
+	f, err := r.Open(rel)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("export %s: %w", rel, err)
+	}
+	defer f.Close()
+	hdr.Typeflag = tar.TypeReg
+	if info.Size() <= smallFile {
+		b, err := io.ReadAll(io.LimitReader(f, smallFile+1))
+		if err != nil {
+			return fmt.Errorf("export %s: %w", rel, err)
+		}
+		hdr.Size = int64(len(b))
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		_, err = tw.Write(b)
+		return err
+	}
+	hdr.Size = info.Size()
+	if err := tw.WriteHeader(hdr); err != nil {
+		return err
+	}
+	n, err := io.CopyN(tw, f, hdr.Size)
+	if errors.Is(err, io.EOF) {
+		// Shrunk while read: pad, so the stream stays valid; the next scan
+		// sees the new content and sends it again.
+		_, err = io.CopyN(tw, zeros{}, hdr.Size-n)
+	}
+	return err
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+// Owner is who imported entries belong to; nil leaves them to the caller.
+type Owner struct{ UID, GID int }
+
+// Import applies a tar stream to root, creating root if needed: files are
+// written through a temporary file and a rename, directories and symlinks
+// created, entries with the delete operation removed. Paths are resolved
+// inside root: no entry can write through a symlink or a ".." out of it.
+func Import(root string, rd io.Reader, owner *Owner) error {
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return fmt.Errorf("import into %s: %w", root, err)
+	}
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return fmt.Errorf("import into %s: %w", root, err)
+	}
+	defer r.Close()
+	tr := tar.NewReader(rd)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("import into %s: %w", root, err)
+		}
+		rel, err := Clean(hdr.Name)
+		if err != nil {
+			return fmt.Errorf("import into %s: %w", root, err)
+		}
+		if err := importEntry(r, rel, hdr, tr, owner); err != nil {
+			return fmt.Errorf("import %s into %s: %w", rel, root, err)
+		}
+	}
+}
+
+func importEntry(r *os.Root, rel string, hdr *tar.Header, tr io.Reader, owner *Owner) error {
+	mode := fs.FileMode(hdr.Mode & 0o777)
+	if hdr.PAXRecords[OpRecord] == OpDelete {
+		return r.RemoveAll(rel)
+	}
+	if dir := path.Dir(rel); dir != "." {
+		if err := mkdirAll(r, dir, owner); err != nil {
+			return err
+		}
+	}
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		if info, err := r.Lstat(rel); err == nil && !info.IsDir() {
+			if err := r.RemoveAll(rel); err != nil {
+				return err
+			}
+		}
+		if err := r.Mkdir(rel, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		if err := r.Chmod(rel, withSpecial(mode, hdr.Mode)); err != nil {
+			return err
+		}
+		return own(r, rel, owner)
+	case tar.TypeSymlink:
+		if err := r.RemoveAll(rel); err != nil {
+			return err
+		}
+		if err := r.Symlink(hdr.Linkname, rel); err != nil {
+			return err
+		}
+		return own(r, rel, owner)
+	case tar.TypeReg:
+		if info, err := r.Lstat(rel); err == nil && info.IsDir() {
+			if err := r.RemoveAll(rel); err != nil {
+				return err
+			}
+		}
+		var nonce [6]byte
+		_, _ = rand.Read(nonce[:])
+		tmp := rel + ".runner-tmp-" + hex.EncodeToString(nonce[:])
+		f, err := r.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(f, tr)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = r.Chmod(tmp, withSpecial(mode, hdr.Mode))
+		}
+		if err == nil {
+			err = r.Chtimes(tmp, time.Now(), hdr.ModTime)
+		}
+		if err == nil {
+			err = own(r, tmp, owner)
+		}
+		if err == nil {
+			err = r.Rename(tmp, rel)
+		}
+		if err != nil {
+			_ = r.Remove(tmp)
+		}
+		return err
+	}
+	return fmt.Errorf("tar entry type %q is not supported", hdr.Typeflag)
+}
+
+func withSpecial(m fs.FileMode, raw int64) fs.FileMode {
+	if raw&0o4000 != 0 {
+		m |= fs.ModeSetuid
+	}
+	if raw&0o2000 != 0 {
+		m |= fs.ModeSetgid
+	}
+	if raw&0o1000 != 0 {
+		m |= fs.ModeSticky
+	}
+	return m
+}
+
+// mkdirAll creates dir and its parents inside r, replacing a non-directory
+// in the way (a symlink restored earlier is never followed).
+func mkdirAll(r *os.Root, dir string, owner *Owner) error {
+	if info, err := r.Lstat(dir); err == nil {
+		if info.IsDir() {
+			return nil
+		}
+		if err := r.Remove(dir); err != nil {
+			return err
+		}
+	}
+	if parent := path.Dir(dir); parent != "." {
+		if err := mkdirAll(r, parent, owner); err != nil {
+			return err
+		}
+	}
+	if err := r.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return own(r, dir, owner)
+}
+
+func own(r *os.Root, rel string, owner *Owner) error {
+	if owner == nil {
+		return nil
+	}
+	return r.Lchown(rel, owner.UID, owner.GID)
+}
+
+// DeleteHeader is the tar header of a delete operation on rel.
+func DeleteHeader(rel string) *tar.Header {
+	return &tar.Header{Name: rel, Typeflag: tar.TypeReg, Mode: 0o600, Format: tar.FormatPAX, PAXRecords: map[string]string{OpRecord: OpDelete}}
+}
+
+// Header is the tar header that recreates e (its content follows for a
+// file).
+func Header(e Entry) *tar.Header {
+	hdr := &tar.Header{Name: e.Path, Mode: int64(e.Mode), Format: tar.FormatPAX}
+	switch e.Kind {
+	case File:
+		hdr.Typeflag, hdr.Size, hdr.ModTime = tar.TypeReg, e.Size, time.Unix(0, e.MTime)
+	case Dir:
+		hdr.Typeflag = tar.TypeDir
+	case Symlink:
+		hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, e.Target
+	}
+	return hdr
+}
+
+// Local is a tree on this machine's disk, with the methods the workspace
+// sync calls on a sandbox.
+type Local struct {
+	Owner *Owner // who imported entries belong to; nil: the caller
+}
+
+// Scan lists root.
+func (l Local) Scan(ctx context.Context, root string, opt ScanOptions) (Result, error) {
+	return Scan(root, opt)
+}
+
+// Export streams the named entries of root as tar.
+func (l Local) Export(ctx context.Context, root string, paths []string) (io.ReadCloser, error) {
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(Export(root, paths, pw)) }() // ends when the reader closes
+	return pr, nil
+}
+
+// Import applies a tar stream to root.
+func (l Local) Import(ctx context.Context, root string, r io.Reader) error {
+	return Import(root, r, l.Owner)
+}
