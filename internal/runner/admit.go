@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/permission"
+	"github.com/agentrunner/runner/internal/tools"
 	"github.com/agentrunner/runner/internal/wire"
 )
 
@@ -111,6 +113,11 @@ func (s *Service) admit(req *wire.Request) (*plan, error) {
 	for i, m := range req.MCPServers {
 		if m.Name == "agenta-tools" {
 			return nil, errdefs.Invalidf("mcpServers[%d].name: \"agenta-tools\" is reserved for the runner's own tools", i)
+		}
+		// The harness dials these from inside the sandbox; admission is
+		// the one place the runner can refuse an internal address.
+		if err := tools.CheckMCPServer(context.Background(), s.cfg.Tools.Base, m.Connection.URL); err != nil {
+			return nil, fmt.Errorf("mcpServers[%d].connection.url: %w", i, err)
 		}
 	}
 

@@ -280,6 +280,7 @@ func TestDaytonaKeysStayOutOfTheSandbox(t *testing.T) {
 	e := newRemoteEnv(t, fake, nil, func(c *runner.Config) {
 		c.Gateway, c.ModelForwardAddr = g, fwd
 		c.SecretRefusal = map[string]string{"daytona": "refused"}
+		c.Tools.Base.HostAllowlist = []string{"mcp.example.com"} // no DNS in tests
 	})
 	w := req{session: "s", messages: []string{"env\nhttp OPENAI_BASE_URL OPENAI_API_KEY /models"}}.wire()
 	w.ModelConnection = &wire.ModelConnection{Provider: "openai", Deployment: "direct",

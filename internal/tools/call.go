@@ -148,9 +148,6 @@ var errCallTimeout = errors.New("tool call timed out")
 
 func (s *Set) transportError(ctx context.Context, rec *CallRecord, timeout time.Duration, err error) error {
 	switch {
-	case errors.Is(err, ErrBlocked):
-		rec.Outcome = OutcomeBlocked
-		return fmt.Errorf("tool %s failed: callback destination refused: %w", rec.Tool, err)
 	case errors.Is(context.Cause(ctx), errCallTimeout):
 		rec.Outcome = OutcomeTimeout
 		return fmt.Errorf("tool %s failed: no answer within %s", rec.Tool, timeout)

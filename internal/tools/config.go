@@ -14,8 +14,8 @@ const (
 	DefaultMaxResponseBytes = 4 << 20
 )
 
-// Config configures a Set. The zero value is usable: the guard is on,
-// with an empty allowlist.
+// Config configures a Set and CheckMCPServer. The zero value is usable:
+// the MCP server guard is on, with an empty allowlist.
 type Config struct {
 	// DefaultTimeout bounds a call whose spec sets no timeoutMs.
 	// Zero means DefaultTimeout (AGENTA_AGENT_TOOLS_TIMEOUT).
@@ -30,11 +30,13 @@ type Config struct {
 	// MaxResponseBytes caps the raw callback body read. Zero means
 	// DefaultMaxResponseBytes.
 	MaxResponseBytes int64
-	// HostAllowlist names hosts exempt from the SSRF guard
+	// HostAllowlist names user MCP server hosts exempt from
+	// CheckMCPServer's https and address rules
 	// (AGENTA_AGENT_MCPS_HOST_ALLOWLIST), compared case-insensitively,
-	// any port.
+	// any port. The tool callback needs no entry: it is trusted.
 	HostAllowlist []string
-	// Resolver resolves callback hosts, for the guard and the dialer.
+	// Resolver resolves the callback's host when a call dials it, and MCP
+	// server hosts in CheckMCPServer.
 	// Nil means net.DefaultResolver.
 	Resolver Resolver
 	// RunKind, when set, is sent as x-agenta-run-kind. Empty means
@@ -72,7 +74,6 @@ const (
 	OutcomeOK        Outcome = "ok"
 	OutcomeError     Outcome = "error"     // HTTP error, tool-reported error or unreadable response
 	OutcomeTimeout   Outcome = "timeout"   // the per-call deadline passed
-	OutcomeBlocked   Outcome = "blocked"   // the SSRF guard refused the destination
 	OutcomeRefused   Outcome = "refused"   // Config.Check refused the call
 	OutcomeInvalid   Outcome = "invalid"   // the arguments were not a JSON object
 	OutcomeCancelled Outcome = "cancelled" // the MCP request or the turn was cancelled

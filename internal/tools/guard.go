@@ -7,11 +7,10 @@ import (
 	"net"
 	"net/netip"
 	"strings"
-	"syscall"
 	"time"
 )
 
-// ErrBlocked marks a destination the SSRF guard refuses.
+// ErrBlocked marks a user MCP server URL the SSRF guard refuses.
 var ErrBlocked = errors.New("destination blocked")
 
 // Resolver looks up a host's addresses; *net.Resolver satisfies it.
@@ -19,8 +18,8 @@ type Resolver interface {
 	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
-// guard decides which destinations a callback may reach: any public
-// address, and anything at all on an allowlisted host.
+// guard decides which user MCP servers a request may name: any public
+// https address, and anything at all on an allowlisted host.
 type guard struct {
 	allow    map[string]bool
 	resolver Resolver
@@ -46,17 +45,6 @@ func normHost(h string) string {
 }
 
 func (g *guard) allowed(host string) bool { return g.allow[normHost(host)] }
-
-// check resolves host and refuses it when any of its addresses is blocked:
-// an attacker controlling DNS could otherwise return one public and one
-// private answer and win whichever the dialer picks.
-func (g *guard) check(ctx context.Context, host string) error {
-	if g.allowed(host) {
-		return nil
-	}
-	_, err := g.resolve(ctx, host)
-	return err
-}
 
 // resolve returns host's addresses, or an error wrapping ErrBlocked when
 // the host is a localhost name or any address is blocked.
@@ -91,25 +79,21 @@ func (g *guard) lookup(ctx context.Context, host string) ([]netip.Addr, error) {
 	return addrs, nil
 }
 
-// dialContext dials addr for the HTTP transport. For a host that is not
-// allowlisted it resolves through the guard's resolver, refuses blocked
-// answers, and dials each address with a Control hook that re-checks the
-// socket's actual peer address: whatever DNS says between the check at
-// New and this dial, a blocked address is never connected.
+// dialContext dials addr for the callback's HTTP transport. The callback
+// is the platform's own API (compose "api:8000", a cluster service
+// address): it is trusted, so no address is refused. The host is resolved
+// here, at call time, through the configured resolver, so a host that does
+// not resolve costs only the calls that need it, each a tool error.
 func (g *guard) dialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, err
 	}
 	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
-	if g.allowed(host) {
-		return d.DialContext(ctx, network, addr)
-	}
-	addrs, err := g.resolve(ctx, host)
+	addrs, err := g.lookup(ctx, normHost(host))
 	if err != nil {
 		return nil, err
 	}
-	d.Control = controlBlocked
 	var errs []error
 	for _, a := range addrs {
 		c, err := d.DialContext(ctx, network, net.JoinHostPort(a.String(), port))
@@ -122,19 +106,6 @@ func (g *guard) dialContext(ctx context.Context, network, addr string) (net.Conn
 		}
 	}
 	return nil, errors.Join(errs...)
-}
-
-// controlBlocked is a net.Dialer Control hook: it runs after the address
-// is final and before connect, so it is the last word on where we go.
-func controlBlocked(network, address string, _ syscall.RawConn) error {
-	ap, err := netip.ParseAddrPort(address)
-	if err != nil {
-		return fmt.Errorf("dial %s: unparsable address: %w", address, ErrBlocked)
-	}
-	if blocked(ap.Addr()) {
-		return fmt.Errorf("dial %s: %w (private, loopback, link-local or reserved address)", address, ErrBlocked)
-	}
-	return nil
 }
 
 // blockedPrefixes are the ranges netip's predicates do not cover; together

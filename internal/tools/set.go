@@ -32,7 +32,7 @@ const (
 	keyStatus  = "status"
 )
 
-// resolveTimeout bounds the endpoint's DNS check in New.
+// resolveTimeout bounds CheckMCPServer's DNS lookup.
 const resolveTimeout = 5 * time.Second
 
 // Set is the tool server of one turn.
@@ -57,10 +57,9 @@ type Set struct {
 // New validates specs and the callback endpoint and builds the turn's
 // tool server. Every problem with specs is reported at once, joined.
 // Errors are classed errdefs.ErrInvalid (a malformed spec, a blocked
-// endpoint: errors.Is(err, ErrBlocked) also holds), errdefs.ErrUnprocessable
-// (kind code or client) or errdefs.ErrUnavailable (the endpoint's host does
-// not resolve). New resolves the endpoint's host, bounded by a few seconds,
-// because its signature has no ctx. A nil logger discards.
+// endpoint), or errdefs.ErrUnprocessable (kind code or client). The
+// endpoint is trusted and not resolved here: a host that does not resolve
+// fails the calls that need it, as tool errors. A nil logger discards.
 func New(cfg Config, specs []wire.ToolSpec, cb *wire.ToolCallback, logger *slog.Logger) (*Set, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -106,7 +105,7 @@ func New(cfg Config, specs []wire.ToolSpec, cb *wire.ToolCallback, logger *slog.
 	}
 	s.client = &http.Client{
 		Transport: &http.Transport{
-			Proxy:                 nil, // a proxy would dial on our behalf and bypass the guard
+			Proxy:                 nil, // the platform's API is reached directly, as the sidecar does
 			DialContext:           s.guard.dialContext,
 			ForceAttemptHTTP2:     true,
 			MaxIdleConnsPerHost:   16,
@@ -135,14 +134,8 @@ func (s *Set) setEndpoint(cb *wire.ToolCallback) error {
 		// The URL is not echoed: its query may carry a credential.
 		return errdefs.Invalidf("toolCallback.endpoint: not an absolute http(s) URL")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
-	defer cancel()
-	if err := s.guard.check(ctx, u.Hostname()); err != nil {
-		if errors.Is(err, ErrBlocked) {
-			return errdefs.With(errdefs.ErrInvalid, fmt.Errorf("toolCallback.endpoint: %w; allowlist the host in AGENTA_AGENT_MCPS_HOST_ALLOWLIST to permit it", err))
-		}
-		return errdefs.With(errdefs.ErrUnavailable, fmt.Errorf("toolCallback.endpoint: %w", err))
-	}
+	// No address check and no DNS here: the callback is the platform's
+	// own API, trusted, and resolved when a call dials it.
 	s.endpoint = u.String()
 	s.auth = authorization(cb.Authorization)
 	return nil

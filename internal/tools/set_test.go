@@ -396,71 +396,96 @@ func addrs(ss ...string) []netip.Addr {
 	return as
 }
 
-func TestSSRFAtNew(t *testing.T) {
+// TestCallbackTrusted: the tool callback is the platform's own API, on
+// loopback or a private service address in every compose and cluster
+// deployment. New refuses none of them and resolves nothing; a host that
+// does not resolve fails the call, as a tool error the model reads.
+func TestCallbackTrusted(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name     string
-		endpoint string
-		resolver tools.Resolver
-		allow    []string
-		class    error
-		blocked  bool
-	}{
-		{name: "loopback literal", endpoint: "http://127.0.0.1:8080/tools/call", class: errdefs.ErrInvalid, blocked: true},
-		{name: "localhost name", endpoint: "http://localhost/x", class: errdefs.ErrInvalid, blocked: true},
-		{name: "sub.localhost", endpoint: "http://api.localhost/x", class: errdefs.ErrInvalid, blocked: true},
-		{name: "metadata", endpoint: "http://169.254.169.254/latest", class: errdefs.ErrInvalid, blocked: true},
-		{name: "mapped v6", endpoint: "http://[::ffff:10.0.0.1]/x", class: errdefs.ErrInvalid, blocked: true},
-		{name: "one private answer among public", endpoint: "https://api.example/x",
-			resolver: &fakeResolver{answers: [][]netip.Addr{addrs("93.184.216.34", "10.1.2.3")}}, class: errdefs.ErrInvalid, blocked: true},
-		{name: "unresolvable", endpoint: "https://nowhere.example/x", resolver: &fakeResolver{}, class: errdefs.ErrUnavailable},
-		{name: "not http", endpoint: "ftp://api.example/x", class: errdefs.ErrInvalid},
-		{name: "public ok", endpoint: "https://api.example/x", resolver: &fakeResolver{answers: [][]netip.Addr{addrs("93.184.216.34")}}},
-		{name: "allowlisted private ok", endpoint: "http://API.internal:8000/x", allow: []string{"api.internal"}},
+	for _, ep := range []string{"http://127.0.0.1:8080/tools/call", "http://api:8000/api/tools/call", "http://10.1.2.3/tools/call", "http://nowhere.example/x"} {
+		if _, err := tools.New(tools.Config{Resolver: &fakeResolver{}}, []wire.ToolSpec{{Name: "t"}}, &wire.ToolCallback{Endpoint: ep}, nil); err != nil {
+			t.Errorf("New(%s): %v, want the trusted callback admitted", ep, err)
+		}
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			_, err := tools.New(tools.Config{Resolver: tt.resolver, HostAllowlist: tt.allow},
-				[]wire.ToolSpec{{Name: "t"}}, &wire.ToolCallback{Endpoint: tt.endpoint}, nil)
-			if tt.class == nil {
-				if err != nil {
-					t.Fatalf("New: %v", err)
-				}
-				return
-			}
-			if !errors.Is(err, tt.class) || errors.Is(err, tools.ErrBlocked) != tt.blocked {
-				t.Fatalf("New error = %v, want class %v, blocked %v", err, tt.class, tt.blocked)
-			}
-			if tt.blocked && !strings.Contains(err.Error(), "AGENTA_AGENT_MCPS_HOST_ALLOWLIST") {
-				t.Errorf("error does not say how to allow the host: %v", err)
-			}
-		})
-	}
-}
 
-// TestSSRFAtCallTime is DNS rebinding: the host resolves to a public
-// address when the set is built and to loopback when the call dials.
-func TestSSRFAtCallTime(t *testing.T) {
-	t.Parallel()
-	cb := newCallback(t, content("must not be reached"))
-	u, _ := url.Parse(cb.URL)
-	res := &fakeResolver{answers: [][]netip.Addr{addrs("93.184.216.34"), addrs("127.0.0.1")}}
-	var rec recorder
-	set, err := tools.New(tools.Config{Resolver: res, OnCall: rec.add}, []wire.ToolSpec{{Name: "t"}},
-		&wire.ToolCallback{Endpoint: "http://rebind.example:" + u.Port() + "/x"}, nil)
+	// Loopback without any allowlist entry: the call reaches it.
+	cb := newCallback(t, content("from the platform"))
+	set, err := tools.New(tools.Config{}, []wire.ToolSpec{{Name: "t"}}, &wire.ToolCallback{Endpoint: cb.URL + "/tools/call"}, nil)
 	if err != nil {
-		t.Fatalf("New: %v", err)
+		t.Fatal(err)
 	}
 	out, err := connect(t, set).CallTool(t.Context(), &mcp.CallToolParams{Name: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !out.IsError || !strings.Contains(text(t, out), "destination refused") || rec.last(t).Outcome != tools.OutcomeBlocked {
-		t.Errorf("rebound call: isError=%v text=%q outcome=%q", out.IsError, text(t, out), rec.last(t).Outcome)
+	if out.IsError || text(t, out) != "from the platform" || len(cb.received()) != 1 {
+		t.Errorf("loopback callback: isError=%v text=%q callbacks=%d", out.IsError, text(t, out), len(cb.received()))
 	}
-	if n := len(cb.received()); n != 0 {
-		t.Errorf("callback reached %d times", n)
+
+	// A host resolved at call time: unresolvable is a tool error naming it.
+	var rec recorder
+	set, err = tools.New(tools.Config{Resolver: &fakeResolver{}, OnCall: rec.add}, []wire.ToolSpec{{Name: "t"}},
+		&wire.ToolCallback{Endpoint: "http://api.invalid:8000/tools/call"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err = connect(t, set).CallTool(t.Context(), &mcp.CallToolParams{Name: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !out.IsError || !strings.Contains(text(t, out), "api.invalid") || rec.last(t).Outcome != tools.OutcomeError {
+		t.Errorf("unresolvable callback: isError=%v text=%q outcome=%q", out.IsError, text(t, out), rec.last(t).Outcome)
+	}
+}
+
+// TestCheckMCPServer: user MCP servers, which the harness dials from the
+// sandbox, are refused at admission on non-public addresses and plain
+// http unless allowlisted, with a message naming the variable.
+func TestCheckMCPServer(t *testing.T) {
+	t.Parallel()
+	public := &fakeResolver{answers: [][]netip.Addr{addrs("93.184.216.34")}}
+	tests := []struct {
+		name     string
+		url      string
+		resolver tools.Resolver
+		allow    []string
+		class    error
+		blocked  bool
+		msg      string
+	}{
+		{name: "loopback literal", url: "https://127.0.0.1:8080/mcp", class: errdefs.ErrInvalid, blocked: true},
+		{name: "localhost name", url: "https://localhost/mcp", class: errdefs.ErrInvalid, blocked: true},
+		{name: "private", url: "https://10.0.0.7/mcp", class: errdefs.ErrInvalid, blocked: true},
+		{name: "link-local", url: "https://[fe80::1]/mcp", class: errdefs.ErrInvalid, blocked: true},
+		{name: "cgnat", url: "https://100.64.1.2/mcp", class: errdefs.ErrInvalid, blocked: true},
+		{name: "metadata", url: "https://169.254.169.254/latest", class: errdefs.ErrInvalid, blocked: true},
+		{name: "mapped v6", url: "https://[::ffff:10.0.0.1]/x", class: errdefs.ErrInvalid, blocked: true},
+		{name: "one private answer among public", url: "https://mcp.example/x",
+			resolver: &fakeResolver{answers: [][]netip.Addr{addrs("93.184.216.34", "10.1.2.3")}}, class: errdefs.ErrInvalid, blocked: true},
+		{name: "plain http public", url: "http://mcp.example/x", resolver: public, class: errdefs.ErrInvalid, msg: "https is required"},
+		{name: "unresolvable", url: "https://nowhere.example/x", resolver: &fakeResolver{}, class: errdefs.ErrUnavailable, msg: "nowhere.example"},
+		{name: "not http", url: "ftp://mcp.example/x", class: errdefs.ErrInvalid, msg: "http(s)"},
+		{name: "public https ok", url: "https://mcp.example/x", resolver: public},
+		{name: "allowlisted private http ok", url: "http://MCP.internal:8000/x", allow: []string{"mcp.internal"}},
+		{name: "allowlisted loopback ok", url: "http://127.0.0.1:9/x", allow: []string{"127.0.0.1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := tools.CheckMCPServer(t.Context(), tools.Config{Resolver: tt.resolver, HostAllowlist: tt.allow}, tt.url)
+			if tt.class == nil {
+				if err != nil {
+					t.Fatalf("CheckMCPServer: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, tt.class) || errors.Is(err, tools.ErrBlocked) != tt.blocked || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("CheckMCPServer error = %v, want class %v, blocked %v, containing %q", err, tt.class, tt.blocked, tt.msg)
+			}
+			if (tt.blocked || strings.Contains(tt.msg, "https")) && !strings.Contains(err.Error(), "AGENTA_AGENT_MCPS_HOST_ALLOWLIST") {
+				t.Errorf("error does not say how to allow the host: %v", err)
+			}
+		})
 	}
 }
 

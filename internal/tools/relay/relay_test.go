@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
@@ -299,37 +298,15 @@ func TestCallbackTimeoutThroughRelay(t *testing.T) {
 	}
 }
 
-type fakeResolver struct {
-	mu      sync.Mutex
-	answers [][]netip.Addr
-}
-
-func (f *fakeResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	a := f.answers[0]
-	if len(f.answers) > 1 {
-		f.answers = f.answers[1:]
-	}
-	return a, nil
-}
-
-func TestSSRFBlockedCallback(t *testing.T) {
+// TestTrustedLoopbackCallback: through the relay, a loopback callback
+// with no allowlist entry is reached (the callback is trusted).
+func TestTrustedLoopbackCallback(t *testing.T) {
 	t.Parallel()
 	cb := newCallback(t)
-	// At New: a loopback endpoint without an allowlist entry is refused.
-	_, err := tools.New(tools.Config{}, []wire.ToolSpec{{Name: "lookup"}}, &wire.ToolCallback{Endpoint: cb.URL}, nil)
-	if !errors.Is(err, tools.ErrBlocked) || !strings.Contains(err.Error(), "AGENTA_AGENT_MCPS_HOST_ALLOWLIST") {
-		t.Fatalf("New with loopback endpoint: %v, want a blocked error naming the allowlist", err)
-	}
-	// At call time: the host rebinds from public to loopback after New.
 	e := startRelay(t)
-	u, _ := url.Parse(cb.URL)
-	res := &fakeResolver{answers: [][]netip.Addr{{netip.MustParseAddr("93.184.216.34")}, {netip.MustParseAddr("127.0.0.1")}}}
-	set, err := tools.New(tools.Config{Resolver: res}, []wire.ToolSpec{{Name: "lookup"}},
-		&wire.ToolCallback{Endpoint: "http://tools.example:" + u.Port() + "/tools/call"}, nil)
+	set, err := tools.New(tools.Config{}, []wire.ToolSpec{{Name: "lookup"}}, &wire.ToolCallback{Endpoint: cb.URL + "/tools/call"}, nil)
 	if err != nil {
-		t.Fatalf("New: %v", err)
+		t.Fatalf("New with a loopback callback: %v", err)
 	}
 	defer set.Close()
 	b := e.relay.Bind(set, nil)
@@ -338,11 +315,8 @@ func TestSSRFBlockedCallback(t *testing.T) {
 	if err != nil {
 		t.Fatalf("CallTool: %v", err)
 	}
-	if !out.IsError || !strings.Contains(resultText(t, out), "destination blocked") {
-		t.Errorf("rebound call = %v %q", out.IsError, resultText(t, out))
-	}
-	if n := len(cb.received()); n != 0 {
-		t.Errorf("callback reached %d times", n)
+	if out.IsError || len(cb.received()) != 1 {
+		t.Errorf("loopback call: isError=%v %q, callbacks=%d", out.IsError, resultText(t, out), len(cb.received()))
 	}
 }
 
