@@ -17,11 +17,12 @@ import (
 	"github.com/agentrunner/runner/internal/wire"
 )
 
-// buildRunner compiles the real binary once per test run.
-func buildRunner(t *testing.T) string {
+// buildRunner compiles the real binary once per test run, with the given
+// build tags.
+func buildRunner(t testing.TB, tags ...string) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "runner")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd := exec.Command("go", "build", "-tags="+strings.Join(tags, ","), "-o", bin, ".")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
