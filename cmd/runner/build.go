@@ -187,7 +187,13 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 	for name, h := range cfg.Harnesses {
 		specs[name] = agent.Builtin(name, h.Command)
 	}
+	workspaces, err := workspaceResolver(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("durable workspace store: %w", err)
+	}
 	return runner.New(runner.Config{
+		Workspaces:      workspaces,
+		CheckpointEvery: cfg.CheckpointEvery,
 		Version:         version,
 		DefaultProvider: cfg.DefaultProvider,
 		Harnesses:       specs,

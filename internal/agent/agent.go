@@ -152,6 +152,10 @@ type Spec struct {
 	// UnreliableLoad marks a harness whose session/load cannot be trusted;
 	// the runner replays history instead.
 	UnreliableLoad bool
+	// StateDirs are the harness's own session and transcript directories,
+	// relative to $HOME, kept in the durable workspace so a fresh sandbox
+	// can session/load (credential files and SQLite databases excluded).
+	StateDirs []string
 }
 
 // ExitError reports a harness that died during a session.

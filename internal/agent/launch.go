@@ -8,15 +8,22 @@ func Builtin(name string, command []string) Spec {
 	switch name {
 	case "claude":
 		s.Instructions = "CLAUDE.md"
+		s.StateDirs = []string{".claude/projects"}
 		// claude-agent-acp resumes a session only through the SDK option.
 		s.LoadMeta = func(id string) map[string]any {
 			return map[string]any{"claudeCode": map[string]any{"options": map[string]any{"resume": id}}}
 		}
+	case "codex":
+		s.StateDirs = []string{".codex"} // minus its SQLite and auth.json
+	case "opencode":
+		s.StateDirs = []string{".local/share/opencode"}
 	case "pi_core", "pi_agenta":
+		s.StateDirs = []string{".pi/agent/sessions"}
 		s.NoMCP = true         // pi-acp does not forward ACP mcpServers
 		s.NoPermissions = true // pi runs its tools without session/request_permission
 	case "gemini":
 		s.UnreliableLoad = true // gemini-cli 0.61 session/load loses history
+		s.StateDirs = []string{".gemini/tmp"}
 	}
 	return s
 }

@@ -42,6 +42,10 @@ type Config struct {
 	LocalBwrap     string
 
 	DatabaseURL string
+	// StoreURL is the durable workspace store (AGENTA_RUNNER_STORE_URL):
+	// empty for a directory in the data dir, "off" for none.
+	StoreURL        string
+	CheckpointEvery time.Duration
 	// KeyGateway keeps model keys out of local sandboxes (placeholders
 	// swapped for keys by a runner-side proxy).
 	KeyGateway bool
@@ -114,6 +118,8 @@ func Load(environ []string) (Config, []string, error) {
 		LocalGID:         l.strictInt("AGENTA_RUNNER_LOCAL_SANDBOX_GID", 0, 0, 1<<31-1),
 		LocalBwrap:       l.str("AGENTA_RUNNER_LOCAL_BWRAP", ""),
 		DatabaseURL:      l.str("AGENTA_RUNNER_DATABASE_URL", ""),
+		StoreURL:         l.str("AGENTA_RUNNER_STORE_URL", ""),
+		CheckpointEvery:  l.ms("AGENTA_RUNNER_WORKSPACE_CHECKPOINT_MS", 30_000),
 		KeyGateway:       l.boolean("AGENTA_RUNNER_KEY_GATEWAY", true),
 		KeepAlive:        l.boolean("AGENTA_RUNNER_SESSION_KEEPALIVE", true),
 		PoolMax:          l.lenientInt("AGENTA_RUNNER_SESSION_POOL_MAX", 8),

@@ -21,6 +21,7 @@ import (
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/store"
 	"github.com/agentrunner/runner/internal/wire"
+	"github.com/agentrunner/runner/internal/workspace"
 )
 
 // Config configures a Service.
@@ -74,6 +75,11 @@ type Config struct {
 	// provider cannot keep out of its sandboxes, with this message naming
 	// the setting to change. Empty: the provider may see them.
 	SecretRefusal map[string]string
+	// Workspaces, if set, keeps sessions' files and agents' folders in a
+	// durable store (durable.go); CheckpointEvery is how often a running
+	// turn checkpoints them (default 30s).
+	Workspaces      workspace.Resolver
+	CheckpointEvery time.Duration
 	// DenyAllPermissions is the incident kill switch: every permission
 	// request and tool call is denied.
 	DenyAllPermissions bool

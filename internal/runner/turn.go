@@ -151,6 +151,7 @@ type live struct {
 	channel   *channels         // streams from a remote sandbox to the runner
 	forward   sandbox.Process   // the in-sandbox model forward, remote only
 	diagnose  func(context.Context, DiagnoseInput) error
+	durable   *durable // the synced durable trees, nil without a store
 
 	// mu guards the following.
 	mu    sync.Mutex
@@ -224,6 +225,8 @@ func (t *turn) run(ctx context.Context) (out agent.Outcome, err error) {
 	}
 	t.lv = lv
 	lv.attach(t)
+	finish := t.checkpoints(ctx, lv, mode == "warm") // durable.go
+	defer func() { err = finish(err) }()
 	if lv.binding != nil {
 		lv.binding.Use(t.tools)
 	}
@@ -257,6 +260,9 @@ func (t *turn) run(ctx context.Context) (out agent.Outcome, err error) {
 			blocks = append([]json.RawMessage{textBlock(full)}, nonText(p.tail)...)
 			mode = "replay"
 		}
+	}
+	if g, ok := lv.workspaceGuidance(); ok && (mode == "new" || mode == "replay") {
+		blocks = append([]json.RawMessage{g}, blocks...)
 	}
 	t.record(wire.DataEvent("agent-session", map[string]string{"mode": mode, "agentSessionId": lv.sess.ID(), "sandbox": lv.sb.Info().ID}, false), true)
 	att, err := t.attachmentBlocks(ctx, lv)
@@ -441,6 +447,9 @@ func (t *turn) cold(ctx context.Context, prior []wire.Message) (*live, error) {
 		lv.release(context.WithoutCancel(ctx), t.svc, pool.ReasonFailedTurn)
 		return nil, err
 	}
+	if err := t.acquireWorkspace(ctx, lv); err != nil { // durable.go
+		return fail(err)
+	}
 	if err := t.writeFiles(ctx, sb); err != nil {
 		return fail(err)
 	}
@@ -457,6 +466,7 @@ func (t *turn) cold(ctx context.Context, prior []wire.Message) (*live, error) {
 	for _, k := range slices.Sorted(maps.Keys(hc.Env)) {
 		env = append(env, k+"="+hc.Env[k])
 	}
+	env = append(env, lv.workspaceEnv()...)
 	load := ""
 	if lv.stateKey != "" || reopened {
 		// The harness's own transcript survived: in the durable state dir,

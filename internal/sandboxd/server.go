@@ -142,6 +142,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("DELETE /v1/entries/{id}", s.remove)
 	mux.HandleFunc("GET /v1/files", s.readFile)
 	mux.HandleFunc("PUT /v1/files", s.writeFile)
+	s.treeRoutes(mux) // tree.go: bulk transfer for durable workspaces
 	version := s.cfg.Version
 	if version == "" {
 		version = "unknown" // never empty: its presence marks the daemon's answers

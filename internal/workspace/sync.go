@@ -77,9 +77,22 @@ const inMemory = 8 << 20
 // ReadManifest reads a mount's manifest; a store without one is an empty
 // tree.
 func ReadManifest(ctx context.Context, s Store) (Manifest, error) {
+	m, _, err := readManifest(ctx, s)
+	return m, err
+}
+
+func readManifest(ctx context.Context, s Store) (Manifest, bool, error) {
+	m, err := decodeManifest(ctx, s)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return Manifest{Version: 1}, false, nil
+	}
+	return m, err == nil, err
+}
+
+func decodeManifest(ctx context.Context, s Store) (Manifest, error) {
 	rc, err := s.Get(ctx, ManifestKey)
 	if errors.Is(err, errdefs.ErrNotFound) {
-		return Manifest{Version: 1}, nil
+		return Manifest{}, err
 	}
 	if err != nil {
 		return Manifest{}, StoreError(s.String(), "read manifest", err)
@@ -109,10 +122,12 @@ func writeManifest(ctx context.Context, s Store, m Manifest) error {
 // Restore makes the sandbox's tree at m.Root what the store holds,
 // copying only what differs from what the tree already has, and returns
 // the manifest the tree now matches (the base of the next Checkpoint).
+// A store that never saw a checkpoint leaves the tree as it is: the first
+// checkpoint adopts what is there.
 func Restore(ctx context.Context, tr Tree, m Mount) (Manifest, Stats, error) {
-	man, err := ReadManifest(ctx, m.Store)
-	if err != nil {
-		return Manifest{}, Stats{}, err
+	man, found, err := readManifest(ctx, m.Store)
+	if err != nil || !found {
+		return man, Stats{}, err
 	}
 	have, err := tr.Scan(ctx, m.Root, m.scanOptions(man))
 	if err != nil {

@@ -267,6 +267,12 @@ type turn struct {
 var replayMarkers = []string{"The user now says:\n", "Re-issue it now:\n"}
 
 func (r *turn) run(prompt string) {
+	// Notes the runner adds for the model ("[runner] …" lines first) are
+	// read, not acted on.
+	for strings.HasPrefix(prompt, "[runner] ") {
+		_, prompt, _ = strings.Cut(prompt, "\n")
+		prompt = strings.TrimLeft(prompt, "\n")
+	}
 	original := prompt
 	if strings.HasPrefix(prompt, "Conversation so far:") || strings.HasPrefix(prompt, "The user answered") {
 		at, cut := -1, 0

@@ -189,6 +189,7 @@ func (b *bwrap) sandboxArgs(s *Sandbox) []string {
 		work = "--ro-bind"
 	}
 	args = b.bind(args, work, s.info.Workdir)
+	args = b.bind(args, work, sandbox.AgentDir(s.info)) // the agent's shared folder, beside the workdir
 	args = b.bind(args, "--bind", s.info.Home)
 	for _, bd := range s.spec.Binds {
 		flag := "--ro-bind"

@@ -116,7 +116,7 @@ func TestEscapeReadOutside(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff("home\nwork\n", out); diff != "" {
+	if diff := cmp.Diff("home\nwork\nwork-agent\n", out); diff != "" { // work-agent: the agent folder
 		t.Errorf("sandbox dir as seen inside (-want +got):\n%s", diff)
 	}
 }

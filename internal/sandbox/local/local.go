@@ -245,7 +245,7 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandb
 	// paths inside equal the paths outside and callers need no translation.
 	sb.info.HostWorkdir = sb.info.Workdir
 	tmp := filepath.Join(root, "tmp")
-	for _, d := range []string{sb.info.Workdir, sb.info.Home, tmp} {
+	for _, d := range []string{sb.info.Workdir, sandbox.AgentDir(sb.info), sb.info.Home, tmp} {
 		err := os.MkdirAll(d, 0o700)
 		if err == nil {
 			err = p.user().ownDir(d, d == tmp)

@@ -1,0 +1,260 @@
+package runner
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/logkey"
+	"github.com/agentrunner/runner/internal/sandbox"
+	"github.com/agentrunner/runner/internal/workspace"
+	"github.com/agentrunner/runner/internal/workspace/tree"
+)
+
+// The durable workspace hooks of the turn path: restore on acquire, a
+// checkpoint every Config.CheckpointEvery during the turn and one at its
+// end. A store that is required (configured, or signed by the platform)
+// and fails makes the turn fail, naming the store; nothing is written
+// into the void.
+
+// AgentMountEnv tells the harness where the agent's shared folder is.
+const AgentMountEnv = "AGENTA_AGENT_MOUNT_DIR"
+
+// agentLink is the symlink in the working directory to the agent folder.
+const agentLink = "agent-files"
+
+// credentialFiles are never synced: harness logins stay on the runner.
+var credentialFiles = []string{".credentials.json", "auth.json"}
+
+const defaultCheckpointEvery = 30 * time.Second
+
+// finalCheckpointTimeout bounds the end-of-turn checkpoint, which runs
+// even when the turn was cancelled.
+const finalCheckpointTimeout = 5 * time.Minute
+
+// durable is a live harness's synced trees.
+type durable struct {
+	tree     workspace.Tree
+	agentDir string // empty without an agent folder
+
+	// mu serialises syncs and guards the following.
+	mu      sync.Mutex
+	mounts  []workspace.Mount
+	bases   []workspace.Manifest // what each mount's tree last matched
+	keepers []*workspace.Keeper
+}
+
+func (t *turn) workspaceTarget() workspace.Target {
+	r := t.plan.req
+	return workspace.Target{ProjectID: projectOf(r), SessionID: r.SessionID, AgentID: workspace.AgentID(r), Request: r}
+}
+
+// acquireWorkspace restores the session's durable files into a new
+// sandbox (cold turns), before anything else is written there.
+func (t *turn) acquireWorkspace(ctx context.Context, lv *live) error {
+	res := t.svc.cfg.Workspaces
+	if res == nil || t.key == "" {
+		return nil
+	}
+	stores, ok, err := res.Resolve(ctx, t.workspaceTarget())
+	if err != nil {
+		return fmt.Errorf("durable workspace: %w", err)
+	}
+	if !ok {
+		return nil
+	}
+	ft, isTree := lv.sb.(sandbox.FileTree)
+	if !isTree {
+		return errdefs.Unprocessablef("durable workspace: provider %s cannot transfer files in bulk; set AGENTA_RUNNER_STORE_URL=off or use another provider", lv.provider)
+	}
+	info := lv.sb.Info()
+	d := &durable{tree: ft}
+	d.set(t, stores)
+	d.mounts = []workspace.Mount{
+		{Name: "workspace", Store: stores.Session, Root: info.Workdir, Exclude: append([]string{"/" + agentLink}, credentialFiles...)},
+	}
+	if dirs := t.plan.harness.spec.StateDirs; len(dirs) > 0 {
+		d.mounts = append(d.mounts, workspace.Mount{Name: "transcript", Store: workspace.Prefixed(stores.Session, workspace.MetaDir+"/home"), Root: info.Home,
+			Include: dirs, Exclude: append([]string{"*.sqlite", "*.sqlite-*", "*.db", "*.db-*"}, credentialFiles...)})
+	}
+	if stores.Agent != nil {
+		d.agentDir = sandbox.AgentDir(info)
+		d.mounts = append(d.mounts, workspace.Mount{Name: "agent", Store: stores.Agent, Root: d.agentDir, Exclude: credentialFiles})
+	}
+	d.bases = make([]workspace.Manifest, len(d.mounts))
+	start := time.Now()
+	for i, m := range d.mounts {
+		man, st, err := workspace.Restore(ctx, d.tree, m)
+		if err != nil {
+			return fmt.Errorf("durable workspace: restore %s: %w", m.Name, err)
+		}
+		d.bases[i] = man
+		t.log.Debug("workspace restored", "mount", m.Name, "entries", st.Entries, "copied", st.Transferred, "bytes", st.Bytes, "removed", st.Deleted)
+	}
+	if d.agentDir != "" {
+		if err := linkAgentFolder(ctx, d.tree, info.Workdir, d.agentDir); err != nil {
+			return fmt.Errorf("durable workspace: %w", err)
+		}
+	}
+	t.log.Debug("timing", logkey.Stage, "workspace_restore", logkey.Duration, time.Since(start).Milliseconds())
+	lv.durable = d
+	return nil
+}
+
+// set installs a turn's stores (a warm turn brings its own signer) and
+// tells their leases the turn's deadline.
+func (d *durable) set(t *turn, s workspace.Stores) {
+	if len(d.mounts) > 0 {
+		for i := range d.mounts {
+			switch d.mounts[i].Name {
+			case "workspace":
+				d.mounts[i].Store = s.Session
+			case "transcript":
+				d.mounts[i].Store = workspace.Prefixed(s.Session, workspace.MetaDir+"/home")
+			case "agent":
+				if s.Agent != nil {
+					d.mounts[i].Store = s.Agent
+				}
+			}
+		}
+	}
+	d.keepers = s.Keepers
+	if total := t.svc.cfg.Limits.Total; total > 0 {
+		for _, k := range d.keepers {
+			k.SetHorizon(time.Now().Add(total + time.Minute))
+		}
+	}
+}
+
+// linkAgentFolder (re)creates <cwd>/agent-files → the agent folder: object
+// storage keeps no symlinks, and whatever stands there is replaced.
+func linkAgentFolder(ctx context.Context, ft workspace.Tree, workdir, agentDir string) error {
+	ent := tree.Entry{Path: agentLink, Kind: tree.Symlink, Mode: 0o777, Target: agentDir}
+	have, err := ft.Scan(ctx, workdir, tree.ScanOptions{Include: []string{agentLink}})
+	if err == nil && len(have.Entries) == 1 && have.Entries[0].Kind == tree.Symlink && have.Entries[0].Target == agentDir {
+		return nil
+	}
+	return importOne(ctx, ft, workdir, ent)
+}
+
+// workspaceEnv is what the harness is told about the durable folders.
+func (lv *live) workspaceEnv() []string {
+	if lv.durable == nil || lv.durable.agentDir == "" {
+		return nil
+	}
+	return []string{AgentMountEnv + "=" + lv.durable.agentDir}
+}
+
+// workspaceGuidance is the line that tells the model where durable
+// files go.
+func (lv *live) workspaceGuidance() (json.RawMessage, bool) {
+	if lv.durable == nil || lv.durable.agentDir == "" {
+		return nil, false
+	}
+	return textBlock(fmt.Sprintf("[runner] Files in this working directory persist across turns of this session; files in ./%s (%s) persist across every session of this agent.\n\n", agentLink, lv.durable.agentDir)), true
+}
+
+// checkpoints starts the turn's periodic checkpoints and returns the
+// function that stops them and writes the final one, to be called with
+// the turn's outcome error; it returns the error the turn ends with. A
+// checkpoint that fails mid-turn cancels the turn with its cause.
+func (t *turn) checkpoints(ctx context.Context, lv *live, warm bool) func(error) error {
+	d := lv.durable
+	if d == nil {
+		return func(err error) error { return err }
+	}
+	if warm && t.svc.cfg.Workspaces != nil {
+		// A warm turn re-resolves its stores: its own credential signs.
+		if stores, ok, err := t.svc.cfg.Workspaces.Resolve(ctx, t.workspaceTarget()); err != nil {
+			return func(error) error { return fmt.Errorf("durable workspace: %w", err) }
+		} else if ok {
+			d.mu.Lock()
+			d.set(t, stores)
+			d.mu.Unlock()
+		}
+	}
+	every := t.svc.cfg.CheckpointEvery
+	if every <= 0 {
+		every = defaultCheckpointEvery
+	}
+	var (
+		wg      sync.WaitGroup
+		stop    = make(chan struct{})
+		midErr  error
+		errOnce sync.Once
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if err := d.checkpoint(ctx, t); err != nil {
+					errOnce.Do(func() { midErr = err })
+					t.log.Error("workspace checkpoint failed during the turn", logkey.Error, err)
+					t.cancel(err)
+					return
+				}
+			}
+		}
+	}()
+	return func(err error) error {
+		close(stop)
+		wg.Wait()
+		if midErr != nil {
+			return midErr
+		}
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalCheckpointTimeout)
+		defer cancel()
+		if cerr := d.checkpoint(fctx, t); cerr != nil {
+			t.log.Error("final workspace checkpoint failed", logkey.Error, cerr)
+			if err == nil || errors.Is(err, context.Canceled) {
+				return cerr
+			}
+			return errors.Join(err, cerr)
+		}
+		return err
+	}
+}
+
+// checkpoint writes every mount's changes since its base.
+func (d *durable) checkpoint(ctx context.Context, t *turn) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, m := range d.mounts {
+		man, st, err := workspace.Checkpoint(ctx, d.tree, m, d.bases[i])
+		if err != nil {
+			return fmt.Errorf("durable workspace: checkpoint %s: %w", m.Name, err)
+		}
+		d.bases[i] = man
+		if st.Wrote {
+			t.log.Debug("workspace checkpoint", "mount", m.Name, "entries", st.Entries, "copied", st.Transferred, "bytes", st.Bytes, "removed", st.Deleted)
+		}
+	}
+	return nil
+}
+
+// importOne writes one directory or symlink entry into a sandbox's tree.
+func importOne(ctx context.Context, ft workspace.Tree, root string, e tree.Entry) error {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(tree.Header(e)); err != nil {
+		return err
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	return ft.Import(ctx, root, &buf)
+}

@@ -1,0 +1,182 @@
+package runner_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentrunner/runner/internal/agent"
+	"github.com/agentrunner/runner/internal/agent/agenttest"
+	"github.com/agentrunner/runner/internal/runner"
+	"github.com/agentrunner/runner/internal/sandbox"
+	"github.com/agentrunner/runner/internal/sandbox/local"
+	"github.com/agentrunner/runner/internal/store"
+	"github.com/agentrunner/runner/internal/store/sqlite"
+	"github.com/agentrunner/runner/internal/wire"
+	"github.com/agentrunner/runner/internal/workspace"
+	"github.com/agentrunner/runner/internal/workspace/fs"
+)
+
+// durableEnv is a runner on its own data dir (sandboxes), sharing the
+// session store st and the object store in storeDir with other runners.
+func durableEnv(t *testing.T, st store.Store, storeDir string, opts ...option) *env {
+	t.Helper()
+	p, err := local.New(local.Config{Dir: filepath.Join(t.TempDir(), "sandboxes"), Isolation: "none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := fs.New(storeDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := append([]option{func(c *runner.Config) {
+		c.KeepAlive = false
+		c.Workspaces = workspace.Configured{Base: base}
+		c.Harnesses["fake"] = agent.Spec{Command: agenttest.Command(), StateDirs: []string{".fakeagent"}}
+	}}, opts...)
+	return newEnvWithStore(t, []sandbox.Provider{p}, st, all...)
+}
+
+func sharedStore(t *testing.T) store.Store {
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "runner.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// TestWorkspaceFollowsTheSessionToANewRunner: a second runner with its
+// own data dir (the first runner's sandboxes are gone) continues the
+// session with every file back, and the harness reloads its own
+// transcript natively.
+func TestWorkspaceFollowsTheSessionToANewRunner(t *testing.T) {
+	st := sharedStore(t)
+	storeDir := t.TempDir()
+	first := durableEnv(t, st, storeDir)
+	one := first.turn(t, req{session: "s", messages: []string{"exec echo kept > notes.txt && mkdir -p src/empty && printf '#!/bin/sh\\n' > run.sh && chmod 750 run.sh && ln -s notes.txt link && echo pwd=$(pwd)\nsay remember heron"}})
+	if !strings.Contains(one.res.Output, "exec exit 0") {
+		t.Fatalf("first turn: %q", one.res.Output)
+	}
+	_ = first.svc.Shutdown(context.Background())
+
+	second := durableEnv(t, st, storeDir)
+	two := second.turn(t, req{session: "s", messages: []string{"exec echo kept > notes.txt", one.res.Output, "read notes.txt\nexec ls -l --time-style=+ run.sh link; test -d src/empty && echo empty-dir-kept\nhistory"}})
+	if two.mode != "load" {
+		t.Fatalf("second runner: mode %q, want load (the transcript was not restored)", two.mode)
+	}
+	out := two.res.Output
+	for _, want := range []string{"read ok: kept", "-rwxr-x---", "link -> notes.txt", "empty-dir-kept", "history 1: exec echo kept"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("second runner's turn lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestWorkspaceDeletionsReachTheStore: a file removed in one turn does
+// not come back in a fresh sandbox.
+func TestWorkspaceDeletionsReachTheStore(t *testing.T) {
+	st := sharedStore(t)
+	storeDir := t.TempDir()
+	e := durableEnv(t, st, storeDir)
+	e.turn(t, req{session: "s", messages: []string{"exec echo a > a.txt && echo b > b.txt"}})
+	e.turn(t, req{session: "s", messages: []string{"exec rm a.txt"}})
+	_ = e.svc.Shutdown(context.Background())
+	e2 := durableEnv(t, st, storeDir)
+	got := e2.turn(t, req{session: "s", messages: []string{"exec ls"}}).res.Output
+	if strings.Contains(got, "a.txt") || !strings.Contains(got, "b.txt") {
+		t.Fatalf("fresh sandbox lists:\n%s", got)
+	}
+}
+
+func agentReq(session, agentID string, msg string) *wire.Request {
+	w := req{session: session, messages: []string{msg}}.wire()
+	w.RunContext = &wire.RunContext{Workflow: json.RawMessage(`{"artifact":{"id":"` + agentID + `"}}`)}
+	return w
+}
+
+// TestAgentFolderIsSharedBySessions: the agent's folder, reached through
+// the agent-files symlink and AGENTA_AGENT_MOUNT_DIR, carries files from
+// one session of the agent to another.
+func TestAgentFolderIsSharedBySessions(t *testing.T) {
+	st := sharedStore(t)
+	e := durableEnv(t, st, t.TempDir())
+	one := collect(t, e.svc, agentReq("a", "agent-7", "exec echo shared > agent-files/note.txt && echo mount=$AGENTA_AGENT_MOUNT_DIR && readlink agent-files"))
+	out := one.res.Output
+	if !strings.Contains(out, "exec exit 0") || !strings.Contains(out, "mount=/") || !strings.Contains(out, "-agent\n") {
+		t.Fatalf("first session: %q", out)
+	}
+	two := collect(t, e.svc, agentReq("b", "agent-7", "read agent-files/note.txt"))
+	if !strings.Contains(two.res.Output, "read ok: shared") {
+		t.Fatalf("second session of the agent: %q", two.res.Output)
+	}
+	other := collect(t, e.svc, agentReq("c", "agent-8", "read agent-files/note.txt"))
+	if strings.Contains(other.res.Output, "read ok") {
+		t.Fatalf("another agent sees the folder: %q", other.res.Output)
+	}
+}
+
+// TestFinalCheckpointFailureFailsTheTurn: the store breaks during the
+// turn; the turn fails with an error naming it, not a log line.
+func TestFinalCheckpointFailureFailsTheTurn(t *testing.T) {
+	st := sharedStore(t)
+	storeDir := filepath.Join(t.TempDir(), "store")
+	e := durableEnv(t, st, storeDir)
+	e.turn(t, req{session: "s", messages: []string{"exec echo v1 > f.txt"}})
+	// The agent breaks the store (a file where its directory was), then
+	// writes: the end-of-turn checkpoint cannot land.
+	res, err := e.svc.Run(t.Context(), req{session: "s", messages: []string{"exec rm -rf " + storeDir + " && touch " + storeDir + " && echo v2 > f.txt"}}.wire(), nil)
+	if err == nil || res.OK {
+		t.Fatalf("turn whose checkpoint failed succeeded: %+v", res)
+	}
+	if !errors.Is(err, workspace.ErrStore) || !strings.Contains(err.Error(), storeDir) {
+		t.Fatalf("error %v: want a store error naming %s", err, storeDir)
+	}
+	var sawError bool
+	for _, ev := range res.Events {
+		if ev.Type == wire.EventError && strings.Contains(ev.Message, storeDir) {
+			sawError = true
+		}
+	}
+	if !sawError {
+		t.Fatalf("no error event names the store: %+v", res.Events)
+	}
+}
+
+// TestMidTurnCheckpoint: files written during a long turn reach the store
+// before it ends; a store that breaks mid-turn stops the turn with the
+// cause instead of letting it write into the void.
+func TestMidTurnCheckpoint(t *testing.T) {
+	st := sharedStore(t)
+	storeDir := filepath.Join(t.TempDir(), "store")
+	e := durableEnv(t, st, storeDir, func(c *runner.Config) { c.CheckpointEvery = 20 * time.Millisecond })
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.svc.Run(context.Background(), req{session: "s", messages: []string{
+			"exec (for i in $(seq 600); do echo $i > tick.txt; sleep 0.1; done) >/dev/null 2>&1 &\nsleep 60s"}}.wire(), nil)
+		done <- err
+	}()
+	waitFor(t, func() bool {
+		_, err := os.Stat(filepath.Join(storeDir, "sessions/p/s/tick.txt"))
+		return err == nil
+	})
+	if err := os.RemoveAll(storeDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(storeDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil || !errors.Is(err, workspace.ErrStore) || !strings.Contains(err.Error(), storeDir) {
+			t.Fatalf("turn ended with %v, want the store error naming %s", err, storeDir)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the turn kept running on a broken store")
+	}
+}

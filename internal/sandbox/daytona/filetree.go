@@ -1,0 +1,27 @@
+package daytona
+
+import (
+	"context"
+	"io"
+
+	"github.com/agentrunner/runner/internal/sandbox"
+	"github.com/agentrunner/runner/internal/workspace/tree"
+)
+
+var _ sandbox.FileTree = (*Sandbox)(nil)
+
+// Scan implements sandbox.FileTree through the sandbox's daemon, which
+// hashes the files where they are.
+func (s *Sandbox) Scan(ctx context.Context, root string, opt tree.ScanOptions) (tree.Result, error) {
+	return s.daemon.TreeScan(ctx, root, opt)
+}
+
+// Export implements sandbox.FileTree.
+func (s *Sandbox) Export(ctx context.Context, root string, paths []string) (io.ReadCloser, error) {
+	return s.daemon.TreeExport(ctx, root, paths)
+}
+
+// Import implements sandbox.FileTree.
+func (s *Sandbox) Import(ctx context.Context, root string, r io.Reader) error {
+	return s.daemon.TreeImport(ctx, root, r)
+}

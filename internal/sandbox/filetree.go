@@ -1,0 +1,23 @@
+package sandbox
+
+import (
+	"context"
+	"io"
+
+	"github.com/agentrunner/runner/internal/workspace/tree"
+)
+
+// FileTree is a Sandbox whose files the runner can list and move in bulk:
+// what the durable workspace sync needs. A remote provider serves it over
+// its own connection (sandboxd), so the object store never has to be
+// reachable from the sandbox. Roots are absolute paths in the sandbox:
+// its Workdir, Workdir+"-agent" (the agent's shared folder) or Home.
+type FileTree interface {
+	Scan(ctx context.Context, root string, opt tree.ScanOptions) (tree.Result, error)
+	Export(ctx context.Context, root string, paths []string) (io.ReadCloser, error)
+	Import(ctx context.Context, root string, r io.Reader) error
+}
+
+// AgentDir is where a sandbox keeps the agent's shared folder: beside
+// its working directory.
+func AgentDir(info Info) string { return info.Workdir + "-agent" }

@@ -1,0 +1,53 @@
+package local
+
+import (
+	"context"
+	"io"
+
+	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/sandbox"
+	"github.com/agentrunner/runner/internal/workspace/tree"
+)
+
+var _ sandbox.FileTree = (*Sandbox)(nil)
+
+func (s *Sandbox) treeRoot(root string) error {
+	for _, d := range []string{s.info.Workdir, sandbox.AgentDir(s.info), s.info.Home} {
+		if within(root, d) {
+			return nil
+		}
+	}
+	return errdefs.Invalidf("sandbox %s: %s is outside its workdir, agent folder and home", s.info.ID, root)
+}
+
+func (s *Sandbox) local() tree.Local {
+	if u := s.p.user(); u != nil {
+		return tree.Local{Owner: &tree.Owner{UID: u.uid, GID: u.gid}}
+	}
+	return tree.Local{}
+}
+
+// Scan implements sandbox.FileTree.
+func (s *Sandbox) Scan(ctx context.Context, root string, opt tree.ScanOptions) (tree.Result, error) {
+	if err := s.treeRoot(root); err != nil {
+		return tree.Result{}, err
+	}
+	return s.local().Scan(ctx, root, opt)
+}
+
+// Export implements sandbox.FileTree.
+func (s *Sandbox) Export(ctx context.Context, root string, paths []string) (io.ReadCloser, error) {
+	if err := s.treeRoot(root); err != nil {
+		return nil, err
+	}
+	return s.local().Export(ctx, root, paths)
+}
+
+// Import implements sandbox.FileTree: what it writes belongs to the
+// sandbox user.
+func (s *Sandbox) Import(ctx context.Context, root string, r io.Reader) error {
+	if err := s.treeRoot(root); err != nil {
+		return err
+	}
+	return s.local().Import(ctx, root, r)
+}
