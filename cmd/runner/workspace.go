@@ -137,4 +137,3 @@ func storeFlag(q url.Values, name string) (bool, error) {
 	}
 	return false, errdefs.Invalidf("AGENTA_RUNNER_STORE_URL: %s=%q: use 1 or 0", name, q.Get(name))
 }
-
