@@ -7,6 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,6 +34,11 @@ const agentLink = "agent-files"
 
 // credentialFiles are never synced: harness logins stay on the runner.
 var credentialFiles = []string{".credentials.json", "auth.json"}
+
+// homeState are entries of $HOME that belong to the sandbox's tools and
+// harnesses (configuration written per turn, caches, the daemon), never
+// to the working directory's sync when $HOME lies inside it.
+var homeState = []string{".runner-sandboxd", ".cache", ".npm", ".config", ".local", ".claude", ".claude.json", ".codex", ".pi", ".gemini"}
 
 const defaultCheckpointEvery = 30 * time.Second
 
@@ -76,8 +84,17 @@ func (t *turn) acquireWorkspace(ctx context.Context, lv *live) error {
 	info := lv.sb.Info()
 	d := &durable{tree: ft}
 	d.set(t, stores)
+	exclude := append([]string{"/" + agentLink}, credentialFiles...)
+	if rel, err := filepath.Rel(info.Workdir, info.Home); err == nil && !strings.HasPrefix(rel, "..") {
+		// $HOME inside the working directory (a remote sandbox whose work
+		// dir is its home): the daemon's, tools' and harnesses' own state
+		// is not the user's work, and the transcript is its own mount.
+		for _, name := range append(homeState, t.plan.harness.spec.StateDirs...) {
+			exclude = append(exclude, "/"+path.Join(filepath.ToSlash(rel), name))
+		}
+	}
 	d.mounts = []workspace.Mount{
-		{Name: "workspace", Store: stores.Session, Root: info.Workdir, Exclude: append([]string{"/" + agentLink}, credentialFiles...)},
+		{Name: "workspace", Store: stores.Session, Root: info.Workdir, Exclude: exclude},
 	}
 	if dirs := t.plan.harness.spec.StateDirs; len(dirs) > 0 {
 		d.mounts = append(d.mounts, workspace.Mount{Name: "transcript", Store: workspace.Prefixed(stores.Session, workspace.MetaDir+"/home"), Root: info.Home,
@@ -141,6 +158,23 @@ func linkAgentFolder(ctx context.Context, ft workspace.Tree, workdir, agentDir s
 		return nil
 	}
 	return importOne(ctx, ft, workdir, ent)
+}
+
+// transcriptRestored reports whether the harness's own transcript came
+// back from the store into this sandbox, so the session can be reloaded
+// natively even though the sandbox is new.
+func (lv *live) transcriptRestored() bool {
+	if lv.durable == nil {
+		return false
+	}
+	lv.durable.mu.Lock()
+	defer lv.durable.mu.Unlock()
+	for i, m := range lv.durable.mounts {
+		if m.Name == "transcript" && len(lv.durable.bases[i].Entries) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // workspaceEnv is what the harness is told about the durable folders.

@@ -14,6 +14,7 @@ import (
 	"github.com/agentrunner/runner/internal/agent/agenttest"
 	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/sandbox"
+	"github.com/agentrunner/runner/internal/sandbox/daytona/daytonatest"
 	"github.com/agentrunner/runner/internal/sandbox/local"
 	"github.com/agentrunner/runner/internal/store"
 	"github.com/agentrunner/runner/internal/store/sqlite"
@@ -178,5 +179,43 @@ func TestMidTurnCheckpoint(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the turn kept running on a broken store")
+	}
+}
+
+// TestDaytonaWorkspaceSurvivesDeletedSandbox: the session's sandbox is
+// deleted; the next turn runs in a fresh one with every file back (moved
+// through sandboxd, the store is never reachable from the sandbox) and
+// the harness reloads its transcript natively.
+func TestDaytonaWorkspaceSurvivesDeletedSandbox(t *testing.T) {
+	fake := daytonatest.New(t, daytonatest.Options{})
+	base, err := fs.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newRemoteEnv(t, fake, nil, func(c *runner.Config) {
+		c.Workspaces = workspace.Configured{Base: base}
+		c.Harnesses["fake"] = agent.Spec{Command: agenttest.Command(), StateDirs: []string{".fakeagent"}}
+	})
+	msgs := []string{"exec echo kept > notes.txt && mkdir -p src/empty && printf '#!/bin/sh\\n' > run.sh && chmod 750 run.sh && ln -s notes.txt link && head -c 300000 /dev/urandom > big.bin && sha256sum big.bin\nsay remember otter"}
+	first := e.turn(t, req{session: "s", messages: msgs}.wire())
+	if !strings.Contains(first.res.Output, "exec exit 0") {
+		t.Fatalf("first turn: %q", first.res.Output)
+	}
+	sum := strings.Fields(first.res.Output[strings.Index(first.res.Output, "exec exit 0")+len("exec exit 0"):])[0]
+	sess, _ := e.st.GetSession(t.Context(), "s")
+	e.svc.Kill(t.Context(), "s", "p")
+	fake.Remove(sess.SandboxID)
+	if _, ok := fake.Sandbox(sess.SandboxID); ok {
+		t.Fatal("sandbox still there")
+	}
+	msgs = append(msgs, first.res.Output, "read notes.txt\nexec ls -l --time-style=+ run.sh link; test -d src/empty && echo empty-dir-kept; sha256sum big.bin\nhistory")
+	second := e.turn(t, req{session: "s", messages: msgs}.wire())
+	if second.mode != "load" {
+		t.Fatalf("fresh sandbox: mode %q, want load", second.mode)
+	}
+	for _, want := range []string{"read ok: kept", "-rwxr-x---", "link -> notes.txt", "empty-dir-kept", sum, "remember otter"} {
+		if !strings.Contains(second.res.Output, want) {
+			t.Errorf("fresh sandbox's turn lacks %q:\n%s", want, second.res.Output)
+		}
 	}
 }

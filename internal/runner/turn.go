@@ -468,7 +468,7 @@ func (t *turn) cold(ctx context.Context, prior []wire.Message) (*live, error) {
 	}
 	env = append(env, lv.workspaceEnv()...)
 	load := ""
-	if lv.stateKey != "" || reopened {
+	if lv.stateKey != "" || reopened || lv.transcriptRestored() {
 		// The harness's own transcript survived: in the durable state dir,
 		// or in the sandbox itself.
 		load = t.svc.loadable(ctx, p.req.SessionID, p.harness.spec.Name)
