@@ -211,6 +211,7 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 		Tools:           tc,
 		Configure:       harnessConfigurer(cfg, environ),
 		Binds:           harnessBinds(cfg, log),
+		Observers:       observers(cfg, replica, log),
 		Logger:          log,
 	}, providers, &acp.Driver{ClientVersion: version}, st)
 }

@@ -46,6 +46,8 @@ type Config struct {
 	// empty for a directory in the data dir, "off" for none.
 	StoreURL        string
 	CheckpointEvery time.Duration
+	// Platform is the Agenta platform mirror (platform.go).
+	Platform Platform
 	// KeyGateway keeps model keys out of local sandboxes (placeholders
 	// swapped for keys by a runner-side proxy).
 	KeyGateway bool
@@ -136,6 +138,7 @@ func Load(environ []string) (Config, []string, error) {
 		PingInterval:     l.ms("AGENTA_RUNNER_STREAM_PING_MS", 15_000),
 	}
 	c.HarnessDir = l.str("AGENTA_RUNNER_HARNESS_DIR", filepath.Join(c.DataDir, "harnesses"))
+	c.Platform = loadPlatform(l)
 
 	// Providers.
 	enabled := l.str("AGENTA_RUNNER_ENABLED_SANDBOX_PROVIDERS", "")

@@ -180,3 +180,20 @@ func interactionTokens(m wire.Message) map[string]string {
 func (r *Turn) Platform() bool {
 	return r.t.plan.req.TelemetryConfig().Credential() != ""
 }
+
+// closer is an observer with work to finish after the last turn (queued
+// platform calls).
+type closer interface {
+	Close(ctx context.Context) error
+}
+
+// closeObservers lets observers finish, bounded by ctx.
+func (s *Service) closeObservers(ctx context.Context) {
+	for _, o := range s.cfg.Observers {
+		if c, ok := o.(closer); ok {
+			if err := c.Close(ctx); err != nil {
+				s.log.Warn("observer did not finish before the shutdown deadline", "err", err)
+			}
+		}
+	}
+}

@@ -334,6 +334,11 @@ func (s *Service) run(ctx context.Context, t *turn, sink Sink) (wire.Result, err
 	defer cancel(nil)
 
 	out, err := t.run(ctx)
+	if err != nil && errors.Is(context.Cause(ctx), errStopped) {
+		// Stopped from the platform before the harness answered: a
+		// cancellation, as when it stops a running prompt.
+		err, out.StopReason = nil, agent.StopCancelled
+	}
 	if cause := context.Cause(ctx); err == nil && out.StopReason == agent.StopCancelled && (errors.Is(cause, errKilled) || errors.Is(cause, errShutdown) || errors.Is(cause, errDeleted) || errors.Is(cause, errdefs.ErrExhausted)) {
 		// Stopped by the operator, not finished: the caller must not take
 		// the partial output for an answer.
@@ -547,6 +552,7 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 	}
+	s.closeObservers(ctx)
 	return ctx.Err()
 }
 

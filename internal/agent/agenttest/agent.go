@@ -45,7 +45,7 @@ import (
 //	flood <n>                      n message deltas
 //	mcp <server> <tool> <json>     calls a tool of a stdio MCP server from session/new
 //	stop <reason>                  ends the turn with this stopReason
-const Directives = "say think tool toolupdate permission sleep crash pid read write exec env connect http history usage update flood mcp stop"
+const Directives = "say think tool toolupdate permission sleep crash pid read write exec env connect http history images usage update flood mcp stop"
 
 type fakeAgent struct {
 	conn  *jsonrpc.Conn
@@ -211,8 +211,10 @@ func (a *fakeAgent) prompt(params json.RawMessage) (any, error) {
 	var p struct {
 		SessionID string `json:"sessionId"`
 		Prompt    []struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
+			Type     string `json:"type"`
+			Text     string `json:"text"`
+			MimeType string `json:"mimeType"`
+			Data     string `json:"data"`
 		} `json:"prompt"`
 	}
 	if err := json.Unmarshal(params, &p); err != nil {
@@ -223,9 +225,13 @@ func (a *fakeAgent) prompt(params json.RawMessage) (any, error) {
 		return nil, &jsonrpc.Error{Code: -32002, Message: "unknown session " + p.SessionID}
 	}
 	var prompt strings.Builder
+	var images []string
 	for _, b := range p.Prompt {
-		if b.Type == "text" {
+		switch b.Type {
+		case "text":
 			prompt.WriteString(b.Text)
+		case "image":
+			images = append(images, fmt.Sprintf("%s:%d", b.MimeType, len(b.Data)))
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -234,7 +240,7 @@ func (a *fakeAgent) prompt(params json.RawMessage) (any, error) {
 	s.mu.Unlock()
 	defer cancel()
 
-	r := &turn{a: a, s: s, ctx: ctx, stop: "end_turn"}
+	r := &turn{a: a, s: s, ctx: ctx, stop: "end_turn", images: images}
 	r.run(prompt.String())
 	s.Prompts = append(s.Prompts, prompt.String())
 	s.save()
@@ -260,6 +266,8 @@ type turn struct {
 	stop  string
 	usage map[string]any
 	tools int
+	// images are the prompt's image blocks, as mimeType:length.
+	images []string
 }
 
 // replayMarkers end the runner's replayed transcripts; the fake agent acts
@@ -450,6 +458,8 @@ func (r *turn) do(verb, arg string) {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
 		resp.Body.Close()
 		r.say(fmt.Sprintf("http %d %s\n", resp.StatusCode, strings.TrimSpace(string(body))))
+	case "images": // the image blocks of this prompt: mimeType:base64 length
+		r.say("images [" + strings.Join(r.images, " ") + "]\n")
 	case "history":
 		r.say(fmt.Sprintf("history %d: %s\n", len(r.s.Prompts), strings.Join(r.s.Prompts, " | ")))
 	case "usage":

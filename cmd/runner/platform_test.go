@@ -1,0 +1,345 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentrunner/runner/internal/platform/platformtest"
+	"github.com/agentrunner/runner/internal/wire"
+	"github.com/google/go-cmp/cmp"
+)
+
+const platformCred = "Secret run-credential-0001"
+
+// platformRunner serves the runner against a fake Agenta platform and
+// returns a client that calls it as Agenta's Python client does.
+func platformRunner(t *testing.T, f *platformtest.Fake, extra ...string) (*platformtest.Client, string) {
+	t.Helper()
+	port := freePort(t)
+	env := testEnv(t, append([]string{"AGENTA_RUNNER_TOKEN=" + testToken, "AGENTA_RUNNER_PORT=" + strconv.Itoa(port),
+		"AGENTA_RUNNER_PLATFORM_HEARTBEAT_MS=50"}, extra...)...)
+	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"serve"}, env, nil, io.Discard, &stderr) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Error("serve did not stop")
+		}
+		if t.Failed() {
+			t.Logf("runner log:\n%s", stderr.String())
+		}
+	})
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	waitHealthy(t, base)
+	return &platformtest.Client{URL: base, Token: testToken}, base
+}
+
+// agentaRequest is a run as Agenta's services send it: no projectId, the
+// run credential in the OTLP exporter headers.
+func agentaRequest(f *platformtest.Fake, session string, messages any, extra map[string]any) map[string]any {
+	if s, ok := messages.(string); ok {
+		messages = []map[string]any{{"role": "user", "content": s}}
+	}
+	r := map[string]any{
+		"harness": "fake", "sandbox": "local", "sessionId": session, "messages": messages,
+		"telemetry": map[string]any{"exporters": map[string]any{"otlp": map[string]any{
+			"endpoint": f.URL + "/otlp/v1/traces", "headers": map[string]string{"authorization": platformCred}}}},
+		"runContext": map[string]any{"workflow": map[string]any{"artifact": map[string]any{"id": "wf-1", "slug": "agent"}}},
+	}
+	for k, v := range extra {
+		r[k] = v
+	}
+	return r
+}
+
+func hasRecord(f *platformtest.Fake, session, typ string) func() bool {
+	return func() bool {
+		for _, r := range f.Records(session) {
+			if r.RecordType == typ {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// TestPlatformRecords: the runner is the only writer of the records the
+// web app shows: one per message (deltas merged), the user's prompt
+// first, tool records under stable ids, in the reference's order and
+// fields; the session row comes from the first heartbeat (base from the
+// request's OTLP endpoint), the turn is in the platform's ledger.
+func TestPlatformRecords(t *testing.T) {
+	f := platformtest.New(t, platformCred)
+	c, _ := platformRunner(t, f)
+	prompt := "think plan\nsay hi there\ntool Read {\"path\":\"x\"} => data\nusage 10 5"
+	out, err := c.Run(t.Context(), agentaRequest(f, "rec1", prompt, map[string]any{"permissions": map[string]any{"default": "allow"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Result.Output != "hi there" {
+		t.Errorf("output %q", out.Result.Output)
+	}
+	for _, ev := range out.Events {
+		if ev.Type == wire.EventData && (strings.HasPrefix(ev.Name, "agent-session") || strings.HasPrefix(ev.Name, "audit.")) {
+			t.Errorf("runner-only data event on the Agenta stream: %s", ev.Name)
+		}
+	}
+	f.Wait(t, 10*time.Second, "the done record", hasRecord(f, "rec1", "done"))
+	type row struct {
+		Index          int
+		Source, Type   string
+		Text, ID       string
+		StableID, Turn bool
+	}
+	var got []row
+	turn := out.Result.TurnID
+	for _, r := range f.Records("rec1") {
+		var a struct {
+			Text string `json:"text"`
+			ID   string `json:"id"`
+		}
+		_ = json.Unmarshal(r.Attributes, &a)
+		got = append(got, row{r.RecordIndex, r.RecordSource, r.RecordType, a.Text, a.ID, r.RecordID != "", r.TurnID == turn})
+	}
+	want := []row{
+		{0, "user", "message", prompt, "", false, true},
+		{1, "agent", "thought", "plan", "", false, true},
+		{2, "agent", "message", "hi there", "", false, true},
+		{3, "agent", "tool_call", "", "call-1", true, true},
+		{4, "agent", "tool_result", "", "call-1", true, true},
+		{5, "agent", "usage", "", "", false, true},
+		{6, "agent", "done", "", "", false, true},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("records (-want +got):\n%s", diff)
+	}
+	beats := f.CallsTo("/sessions/streams/heartbeat")
+	if len(beats) < 2 {
+		t.Fatalf("heartbeats: %d", len(beats))
+	}
+	var first, last struct {
+		SessionID  string `json:"session_id"`
+		TurnID     string `json:"turn_id"`
+		IsRunning  bool   `json:"is_running"`
+		Name       string `json:"name"`
+		References []struct {
+			ID, Key string
+		} `json:"references"`
+	}
+	_ = json.Unmarshal(beats[0].Body, &first)
+	f.Wait(t, 5*time.Second, "the releasing heartbeat", func() bool {
+		b := f.CallsTo("/sessions/streams/heartbeat")
+		_ = json.Unmarshal(b[len(b)-1].Body, &last)
+		return !last.IsRunning
+	})
+	time.Sleep(120 * time.Millisecond) // two heartbeat periods: no running beat may follow the release
+	if b := f.CallsTo("/sessions/streams/heartbeat"); strings.Contains(string(b[len(b)-1].Body), `"is_running":true`) {
+		t.Errorf("a running heartbeat followed the release: %s", b[len(b)-1].Body)
+	}
+	if first.SessionID != "rec1" || first.TurnID != turn || !first.IsRunning || first.Name != "think plan say hi there tool Read {\"path\":\"x\"} => data usage 10 5"[:60] || len(first.References) != 1 || first.References[0].Key != "workflow" {
+		t.Errorf("first heartbeat %s", beats[0].Body)
+	}
+	for _, call := range f.Calls() {
+		if call.Authorization != platformCred {
+			t.Errorf("%s %s authenticated as %q, want the run credential verbatim", call.Method, call.Path, call.Authorization)
+		}
+	}
+	f.Wait(t, 5*time.Second, "turns/complete", func() bool { return len(f.Completed("rec1")) == 1 })
+	if n := len(f.CallsTo("/sessions/turns/")); n != 1 {
+		t.Errorf("turns ledger starts: %d", n)
+	}
+}
+
+// TestPlatformStopCancelsTurn: Stop pressed on the platform reaches the
+// running turn through its next heartbeat (is_current_turn: false).
+func TestPlatformStopCancelsTurn(t *testing.T) {
+	f := platformtest.New(t, platformCred)
+	c, _ := platformRunner(t, f)
+	res := make(chan platformtest.Outcome, 1)
+	errc := make(chan error, 1)
+	go func() {
+		out, err := c.Run(t.Context(), agentaRequest(f, "stop1", "say working\nsleep 1h", nil))
+		res <- out
+		errc <- err
+	}()
+	f.Wait(t, 10*time.Second, "a running heartbeat", func() bool {
+		return len(f.CallsTo("/sessions/streams/heartbeat")) > 0 && hasRecord(f, "stop1", "message")() == false
+	})
+	f.Stop("stop1")
+	select {
+	case out := <-res:
+		if err := <-errc; err != nil {
+			t.Fatalf("stopped turn: %v", err)
+		}
+		if out.Result.StopReason != "cancelled" {
+			t.Errorf("stopReason %q, want cancelled", out.Result.StopReason)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the turn did not stop after Stop")
+	}
+}
+
+// TestPlatformApprovalAnsweredOnPlatform: a paused approval is created
+// on the platform; answered there (mobile, the API's respond flow), the
+// resume the platform composes continues the parked turn, and the row is
+// resolved.
+func TestPlatformApprovalAnsweredOnPlatform(t *testing.T) {
+	f := platformtest.New(t, platformCred)
+	c, _ := platformRunner(t, f)
+	perms := map[string]any{"permissions": map[string]any{"default": "ask"}}
+	out, err := c.Run(t.Context(), agentaRequest(f, "appr1", "say about to deploy\npermission deploy", perms))
+	if err != nil || out.Result.StopReason != "paused" {
+		t.Fatalf("first turn: %v %+v", err, out.Result)
+	}
+	var token string
+	for _, ev := range out.Events {
+		if ev.Type == wire.EventInteractionReq {
+			token = ev.ID
+		}
+	}
+	f.Wait(t, 5*time.Second, "the interaction row", func() bool { return len(f.Interactions("appr1")) == 1 })
+	f.Wait(t, 5*time.Second, "the paused turn's records", hasRecord(f, "appr1", "done"))
+	row := f.Interactions("appr1")[0]
+	if row.Token != token || row.Kind != "user_approval" || row.Status != "pending" || !strings.Contains(string(row.Data), `"tool":"deploy"`) {
+		t.Fatalf("interaction row %+v (token %s)", row, token)
+	}
+	msgs, err := f.Respond("appr1", token, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err = c.Run(t.Context(), agentaRequest(f, "appr1", msgs, perms))
+	if err != nil || out.Result.StopReason == "paused" {
+		t.Fatalf("resume: %v %+v", err, out.Result)
+	}
+	if !strings.Contains(out.Result.Output, "selected:yes-once") {
+		t.Errorf("the harness was not given the approval: %q", out.Result.Output)
+	}
+	f.Wait(t, 5*time.Second, "the row resolved", func() bool {
+		r := f.Interactions("appr1")[0]
+		return r.Status == "resolved" && strings.Contains(string(r.Resolution), `"verdict":"approved"`)
+	})
+}
+
+// TestPlatformDown: with the platform down turns still succeed; the
+// calls are retried in the background and all land once it returns.
+func TestPlatformDown(t *testing.T) {
+	f := platformtest.New(t, platformCred)
+	c, _ := platformRunner(t, f)
+	f.SetDown(true)
+	out, err := c.Run(t.Context(), agentaRequest(f, "down1", "say still works", nil))
+	if err != nil || out.Result.Output != "still works" {
+		t.Fatalf("turn with the platform down: %v %+v", err, out.Result)
+	}
+	f.Wait(t, 5*time.Second, "a retried call", func() bool {
+		n := 0
+		for _, call := range f.CallsTo("/sessions/streams/heartbeat") {
+			if call.Status == 503 {
+				n++
+			}
+		}
+		return n >= 2
+	})
+	f.SetDown(false)
+	f.Wait(t, 20*time.Second, "every record after the outage", hasRecord(f, "down1", "done"))
+	var types []string
+	for _, r := range f.Records("down1") {
+		types = append(types, r.RecordType)
+	}
+	if diff := cmp.Diff([]string{"message", "message", "done"}, types); diff != "" {
+		t.Errorf("records after the outage (-want +got):\n%s", diff)
+	}
+	f.Wait(t, 10*time.Second, "turns/complete after the outage", func() bool { return len(f.Completed("down1")) == 1 })
+}
+
+// TestPlatformCredentialRefresh: the run credential is refreshed with
+// GET /access/permissions/check before it expires; later calls use the
+// fresh one.
+func TestPlatformCredentialRefresh(t *testing.T) {
+	f := platformtest.New(t, platformCred)
+	c, base := platformRunner(t, f, "AGENTA_RUNNER_PLATFORM_REFRESH_MS=150")
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Run(t.Context(), agentaRequest(f, "cred1", "sleep 1h", nil))
+		done <- err
+	}()
+	f.Wait(t, 10*time.Second, "a refresh", func() bool {
+		for _, call := range f.CallsTo("/access/permissions/check") {
+			if call.Status == 200 && call.Authorization == platformCred {
+				return true
+			}
+		}
+		return false
+	})
+	f.Expire(platformCred)
+	f.Wait(t, 10*time.Second, "a heartbeat with the refreshed credential", func() bool {
+		for _, call := range f.CallsTo("/sessions/streams/heartbeat") {
+			if call.Status == 200 && strings.HasPrefix(call.Authorization, "Secret refreshed-") {
+				return true
+			}
+		}
+		return false
+	})
+	resp := post(t, base+"/kill", `{"sessionId":"cred1","projectId":"`+f.ProjectID+`"}`)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"killed":1`) {
+		t.Fatalf("kill by the session's platform project: %d %s", resp.StatusCode, body)
+	}
+	<-done
+	f.Wait(t, 10*time.Second, "the records of the killed turn", hasRecord(f, "cred1", "done"))
+}
+
+// TestPlatformAttachment: an attachment block's bytes come from the
+// platform; an image goes to the harness as an image block.
+func TestPlatformAttachment(t *testing.T) {
+	f := platformtest.New(t, platformCred)
+	c, _ := platformRunner(t, f)
+	png := []byte("\x89PNG\r\n\x1a\nfake-image-bytes")
+	f.AddAttachment("att-1", platformtest.Attachment{Filename: "photo.png", MediaType: "image/png", Data: png})
+	f.AddAttachment("att-2", platformtest.Attachment{Filename: "notes.txt", MediaType: "text/plain", Data: []byte("remember the milk")})
+	msgs := []map[string]any{{"role": "user", "content": []map[string]any{
+		{"type": "attachment", "attachmentId": "att-1", "filename": "photo.png", "mimeType": "image/png", "size": len(png)},
+		{"type": "attachment", "attachmentId": "att-2", "filename": "notes.txt", "mimeType": "text/plain", "size": 17},
+		{"type": "text", "text": "images\nexec cat attachments/notes.txt\n"},
+	}}}
+	out, err := c.Run(t.Context(), agentaRequest(f, "att1", msgs, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.Result.Output, "images [image/png:32]") || !strings.Contains(out.Result.Output, "remember the milk") {
+		t.Errorf("output %q", out.Result.Output)
+	}
+	var outcomes []string
+	for _, ev := range out.Events {
+		if ev.Type == wire.EventAttachment {
+			outcomes = append(outcomes, ev.AttachmentID+":"+ev.Outcome)
+		}
+	}
+	if diff := cmp.Diff([]string{"att-1:native", "att-2:workspace_only"}, outcomes); diff != "" {
+		t.Errorf("attachment_delivery (-want +got):\n%s", diff)
+	}
+	f.Wait(t, 5*time.Second, "attachments claimed", func() bool { return len(f.CallsTo("/sessions/attachments/reference")) == 1 })
+}
+
+// TestPlatformRefusalInStream: a refusal reaches Agenta's client as the
+// runner's message, not as "Agent runner HTTP 422".
+func TestPlatformRefusalInStream(t *testing.T) {
+	f := platformtest.New(t, platformCred)
+	c, _ := platformRunner(t, f)
+	req := agentaRequest(f, "ref1", "say hi", nil)
+	req["harness"] = "nope"
+	_, err := c.Run(t.Context(), req)
+	if !errors.Is(err, platformtest.ErrRunFailed) || !strings.Contains(err.Error(), `unknown harness "nope"`) {
+		t.Fatalf("err %v", err)
+	}
+}
