@@ -283,6 +283,8 @@ func newLocal(cfg config.Config, log *slog.Logger) (*local.Provider, error) {
 		ProxyBridge: []string{exe, "sandbox-proxy-bridge"},
 		SandboxUID:  cfg.LocalUID,
 		SandboxGID:  cfg.LocalGID,
+		Network:     cfg.LocalNetwork,
+		NetAllow:    cfg.LocalNetworkAllow,
 		Logger:      log,
 	})
 }

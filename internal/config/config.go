@@ -41,6 +41,11 @@ type Config struct {
 	LocalGID       int
 	LocalBwrap     string
 
+	// LocalNetwork is how network "on" reaches out: "isolated" (slirp4netns
+	// and nftables) or "host"; LocalNetworkAllow opens more destinations.
+	LocalNetwork      string
+	LocalNetworkAllow []string
+
 	DatabaseURL string
 	// StoreURL is the durable workspace store (AGENTA_RUNNER_STORE_URL):
 	// empty for a directory in the data dir, "off" for none.
@@ -179,6 +184,13 @@ func Load(environ []string) (Config, []string, error) {
 	case "bwrap", "none":
 	default:
 		l.fail(fmt.Sprintf("AGENTA_RUNNER_LOCAL_ISOLATION %q: use bwrap or none", c.LocalIsolation))
+	}
+	c.LocalNetwork = strings.ToLower(l.str("AGENTA_RUNNER_LOCAL_NETWORK", "isolated"))
+	c.LocalNetworkAllow = l.list("AGENTA_RUNNER_LOCAL_NETWORK_ALLOW")
+	switch c.LocalNetwork {
+	case "isolated", "host":
+	default:
+		l.fail(fmt.Sprintf("AGENTA_RUNNER_LOCAL_NETWORK %q: use isolated or host", c.LocalNetwork))
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error", "silent":

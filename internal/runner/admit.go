@@ -92,7 +92,9 @@ func (s *Service) admit(req *wire.Request) (*plan, error) {
 			return nil, errdefs.Invalidf("sandboxPermission.filesystem: %q is not one of on, readonly", sp.Filesystem)
 		}
 	}
-	if p.network == "allowlist" {
+	if p.network != "off" {
+		// Under "on" too: a local sandbox's isolated network refuses
+		// private and loopback addresses unless they are listed.
 		if mc := req.ModelConnection; mc != nil && mc.Endpoint != nil && mc.Endpoint.BaseURL != "" {
 			if u, err := url.Parse(mc.Endpoint.BaseURL); err == nil && u.Host != "" {
 				p.allow = append(p.allow, u.Host) // the model's own endpoint is always reachable

@@ -406,7 +406,7 @@ func (t *turn) cold(ctx context.Context, prior []wire.Message) (*live, error) {
 		return nil, err
 	}
 	allow := p.allow
-	if lv.route != nil && p.network == "allowlist" {
+	if lv.route != nil && p.network != "off" {
 		allow = append(append([]string{}, allow...), t.svc.cfg.Gateway.Addr())
 	}
 	if t.key != "" {

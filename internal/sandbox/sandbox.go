@@ -128,8 +128,12 @@ type Spec struct {
 
 // Network is an egress policy.
 type Network struct {
-	Mode  string   // "on" (default), "off", "allowlist"
-	Allow []string // hosts, *.domain patterns, CIDRs, host:port for "allowlist"
+	Mode string // "on" (default), "off", "allowlist"
+	// Allow: hosts, *.domain patterns, CIDRs, host:port for "allowlist";
+	// under "on", destinations that must stay reachable even where the
+	// provider refuses private addresses (the model endpoint, the key
+	// gateway).
+	Allow []string
 }
 
 // Bind is a host path made visible in the sandbox.

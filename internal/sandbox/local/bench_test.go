@@ -26,6 +26,7 @@ func BenchmarkColdSandbox(b *testing.B) {
 		cfg     func(*local.Config)
 	}{
 		{"bwrap/network=on", "on", nil},
+		{"bwrap/network=on/host", "on", func(c *local.Config) { c.Network = local.NetworkHost }},
 		{"bwrap/network=off", "off", nil},
 		{"bwrap/network=allowlist", "allowlist", nil},
 		{"bwrap/network=off/nolimits", "off", func(c *local.Config) { c.MemoryMB, c.Pids, c.CPUs = local.NoLimit, local.NoLimit, local.NoLimit }},

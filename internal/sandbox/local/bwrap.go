@@ -179,11 +179,18 @@ func cloexecInherited() error {
 // sandboxArgs are the arguments shared by every process of one sandbox.
 func (b *bwrap) sandboxArgs(s *Sandbox) []string {
 	args := append([]string(nil), b.base...)
-	if s.mode != "on" {
+	if s.mode != "on" || s.isolated() {
 		args = append(args, "--unshare-net")
 	}
 	args = append(args, "--bind", filepath.Join(s.root, "tmp"), "/tmp")
 	args = append(args, b.masks...)
+	if s.isolated() {
+		// The host's resolver may be on its loopback (systemd-resolved,
+		// Docker's 127.0.0.11), which the sandbox does not reach.
+		if target, err := filepath.EvalSymlinks("/etc/resolv.conf"); err == nil {
+			args = append(args, "--ro-bind", s.p.net.resolv, target)
+		}
+	}
 	work := "--bind"
 	if s.spec.ReadOnly {
 		work = "--ro-bind"
@@ -248,6 +255,9 @@ type launch struct {
 	cmd      *exec.Cmd
 	child    []*os.File // the child's ends, closed once it started
 	info     *os.File   // bwrap writes {"child-pid": n} here
+	block    *os.File   // the sandbox waits for a byte here (--block-fd)
+	attach   func(pid int) (*netAttach, error)
+	net      *netAttach // what attach made; the process owns it
 	args     *os.File   // bwrap reads its arguments from here (--args)
 	argsData []byte
 	cg       *cgroup
@@ -288,6 +298,21 @@ func (b *bwrap) command(s *Sandbox, path string, argv, env []string, dir string)
 	l.info = ir
 	l.child = append(l.child, iw)
 	args = append(args, "--info-fd", fd(iw))
+	if s.isolated() {
+		// The command waits until its network is attached and filtered.
+		br, bw, err := os.Pipe()
+		if err != nil {
+			l.close()
+			return nil, err
+		}
+		l.block = bw
+		l.child = append(l.child, br)
+		blockFD := fd(br)
+		args = append(args, "--block-fd", blockFD)
+		l.attach = func(pid int) (*netAttach, error) {
+			return s.p.net.attach(pid, blockFD, s.root, s.p.net.policy(s))
+		}
+	}
 	// The arguments go through a pipe written after the start: bwrap reads
 	// them before it makes the sandbox, so on cgroup v1, where a process
 	// cannot be started inside a cgroup, there is time to move bwrap in
@@ -308,7 +333,11 @@ func (b *bwrap) command(s *Sandbox, path string, argv, env []string, dir string)
 	}
 	if s.proxy != nil {
 		line = append(line, b.bridge...)
-		line = append(line, s.proxy.path, proxyListen)
+		listen := proxyListen
+		if s.mode == "on" {
+			listen = "-" // forwards only; no HTTP proxy
+		}
+		line = append(line, s.proxy.path, listen)
 		for _, addr := range loopbackForwards(s.spec.Network.Allow) {
 			line = append(line, "--forward", addr)
 		}
@@ -357,14 +386,12 @@ func (l *launch) started() (pidfd int, err error) {
 	}
 	l.args.Close()
 	l.args = nil
-	data, err := io.ReadAll(l.info)
-	if err != nil {
-		return -1, fmt.Errorf("read bwrap info: %w", err)
-	}
+	// One JSON object, not to EOF: with --block-fd the sandbox keeps its
+	// copy of the descriptor open until it is released.
 	var info struct {
 		ChildPID int `json:"child-pid"`
 	}
-	if err := json.Unmarshal(data, &info); err != nil || info.ChildPID == 0 {
+	if err := json.NewDecoder(l.info).Decode(&info); err != nil || info.ChildPID == 0 {
 		return -1, errors.New("bwrap exited during setup")
 	}
 	// The init cannot be reaped and its pid reused while bwrap, which
@@ -372,6 +399,22 @@ func (l *launch) started() (pidfd int, err error) {
 	pidfd, err = unix.PidfdOpen(info.ChildPID, 0)
 	if err != nil {
 		return -1, fmt.Errorf("pidfd of the sandbox init: %w", err)
+	}
+	if l.attach != nil {
+		net, err := l.attach(info.ChildPID)
+		if err != nil {
+			// Killed before the block is lifted: closing it unreleased
+			// would let the command run without its table.
+			_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+			unix.Close(pidfd)
+			return -1, fmt.Errorf("network \"on\": %w", err)
+		}
+		if _, err := l.block.Write([]byte{1}); err != nil {
+			net.close()
+			unix.Close(pidfd)
+			return -1, errors.New("bwrap exited before its network was attached")
+		}
+		l.net = net
 	}
 	return pidfd, nil
 }
@@ -381,12 +424,12 @@ func (l *launch) close() {
 	if l == nil {
 		return
 	}
-	for _, f := range append(l.child, l.info, l.args) {
+	for _, f := range append(l.child, l.info, l.args, l.block) {
 		if f != nil {
 			f.Close()
 		}
 	}
-	l.child, l.info, l.args = nil, nil, nil
+	l.child, l.info, l.args, l.block = nil, nil, nil, nil
 }
 
 // dataFile returns a file positioned at the start of data, for bwrap to

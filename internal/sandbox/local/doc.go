@@ -6,9 +6,12 @@
 // the host root read-only, the runner's data dir, /root, /run, the runner's
 // home and Config.Hide masked, a private /proc, /dev and /tmp, and the
 // workspace as the only writable host path (read-only with Spec.ReadOnly).
-// Network "off" and "allowlist" get their own network namespace; allowlist
-// traffic leaves only through a per-sandbox HTTP/CONNECT proxy on a unix
-// socket (proxy.go). Memory, pids and CPU are limited by a per-sandbox cgroup
+// Every network mode gets its own network namespace. "on" reaches the
+// public internet through slirp4netns, with an nftables table that rejects
+// the host and private ranges (netstack.go, netrules.go); Config.Network
+// "host" shares the host's instead, for development. "off" has loopback
+// only; allowlist traffic leaves only through a per-sandbox HTTP/CONNECT
+// proxy on a unix socket (proxy.go). Memory, pids and CPU are limited by a per-sandbox cgroup
 // (v2 when its controllers are usable, else v1; cgroup.go), and a seccomp
 // filter (seccomp.go, the denied list is documented there) is loaded by bwrap
 // just before exec. A root runner can run sandboxes as an unprivileged host

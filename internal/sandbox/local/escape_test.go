@@ -245,8 +245,13 @@ func TestEscapeNetworkOff(t *testing.T) {
 		t.Errorf("network off reached the host loopback: %q", out)
 	}
 	on := createSpec(t, p, sandbox.Spec{Network: sandbox.Network{Mode: "on"}})
-	if out, err := run(t, on, nil, "dial", addr); err != nil || out != "hello from the host\n" {
-		t.Errorf("network on (control): %q, %v", out, err)
+	if out, err := run(t, on, nil, "dial", addr); err == nil {
+		t.Errorf("network on reached the host loopback: %q", out)
+	}
+	host := newBwrap(t, func(c *local.Config) { c.Network = local.NetworkHost })
+	shared := createSpec(t, host, sandbox.Spec{Network: sandbox.Network{Mode: "on"}})
+	if out, err := run(t, shared, nil, "dial", addr); err != nil || out != "hello from the host\n" {
+		t.Errorf("network on with AGENTA_RUNNER_LOCAL_NETWORK=host (control): %q, %v", out, err)
 	}
 }
 

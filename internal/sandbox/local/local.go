@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -69,7 +70,23 @@ type Config struct {
 	// Spec.Binds must be connectable by it. Needs setpriv (util-linux).
 	SandboxUID int
 	SandboxGID int
-	Logger     *slog.Logger
+	// Network is how network "on" reaches out: NetworkIsolated (the
+	// default: slirp4netns and an nftables table, netstack.go) or
+	// NetworkHost (the host's network namespace).
+	Network string
+	// NetAllow are destinations network "on" reaches besides the
+	// public internet: CIDRs, addresses, host:port (names are resolved
+	// once, in New; loopback host:port is served on the sandbox's own
+	// loopback).
+	NetAllow []string
+	// Slirp4netns and Nsenter are those binaries; empty means looked up in
+	// PATH.
+	Slirp4netns string
+	Nsenter     string
+	// TunDevice is the tun device slirp4netns opens; empty means
+	// /dev/net/tun.
+	TunDevice string
+	Logger    *slog.Logger
 }
 
 // Provider creates local sandboxes.
@@ -78,6 +95,10 @@ type Provider struct {
 	log *slog.Logger
 	bw  *bwrap   // nil with isolation "none"
 	cg  *cgroups // nil when no limit is asked for or with isolation "none"
+	// net is the isolated network of mode "on"; nil with NetworkHost, or
+	// when it cannot work here, and then netErr says why.
+	net    *netstack
+	netErr error
 }
 
 var (
@@ -135,6 +156,9 @@ func New(cfg Config) (*Provider, error) {
 	if p.bw, err = newBwrap(cfg); err != nil {
 		return nil, bwrapErr(err)
 	}
+	if err := p.newNetwork(); err != nil {
+		return nil, err
+	}
 	instance := sha256.Sum256([]byte(cfg.Dir))
 	if p.cg, err = newCgroups(limitsOf(cfg), hex.EncodeToString(instance[:6])); err != nil {
 		return nil, errdefs.With(errdefs.ErrUnavailable, fmt.Errorf("local sandbox limits: %w; give the runner a writable cgroup (root on the host; in a container, /sys/fs/cgroup mounted writable, or a delegated cgroup v2 subtree), or turn the limits off with AGENTA_RUNNER_LOCAL_MEMORY_MB=0 AGENTA_RUNNER_LOCAL_PIDS=0 AGENTA_RUNNER_LOCAL_CPUS=0", err))
@@ -167,6 +191,7 @@ func (p *Provider) Describe() map[string]any {
 	}
 	d["seccomp"] = true
 	d["network"] = []string{"on", "off", "allowlist"}
+	d["network_on"] = p.networkOn()
 	// Limits that are off are left out.
 	limits := map[string]any{}
 	if p.cfg.MemoryMB > 0 {
@@ -204,6 +229,9 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandb
 	}
 	if mode == "allowlist" && len(p.cfg.ProxyBridge) == 0 {
 		return nil, errdefs.Unprocessablef("sandboxPermission.network.mode \"allowlist\" needs the local proxy bridge, which this runner was built without")
+	}
+	if p.bw != nil && mode == "on" && p.net == nil && p.netErr != nil {
+		return nil, errdefs.With(errdefs.ErrUnavailable, fmt.Errorf("sandboxPermission.network.mode \"on\" is refused: its isolated network does not work on this host: %w (or set AGENTA_RUNNER_LOCAL_NETWORK=host to share the host's network, for development only)", p.netErr))
 	}
 	allow, err := parseAllowlist(spec.Network.Allow)
 	if err != nil {
@@ -262,25 +290,37 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandb
 		}
 	}
 	if mode == "allowlist" {
-		sock := filepath.Join(root, "proxy.sock")
-		if len(sock) > 107 { // sun_path
+		if err := sb.startProxy(allow); err != nil {
 			sb.teardown()
-			return nil, errdefs.Unprocessablef("network mode allowlist: the proxy socket path %s is longer than a unix socket allows (108 bytes); use a shorter AGENTA_RUNNER_DATA_DIR", sock)
+			return nil, err
 		}
-		sb.proxy, err = startProxy(sock, allow, sb.log, spec.OnEvent)
-		if err == nil {
-			err = p.user().own(sb.proxy.path)
-		}
-		if err != nil {
-			sb.teardown()
-			return nil, fmt.Errorf("create sandbox %s: %w", id, err)
-		}
+	}
+	if err := sb.openNetwork(); err != nil {
+		sb.teardown()
+		return nil, fmt.Errorf("create sandbox %s: %w", id, err)
 	}
 	if p.bw != nil {
 		sb.args = p.bw.sandboxArgs(sb)
 	}
 	sb.log.Debug("sandbox created", "network", mode, "readonly", spec.ReadOnly)
 	return sb, nil
+}
+
+// startProxy starts the sandbox's host-side proxy, admitting allow.
+func (s *Sandbox) startProxy(allow *allowlist) error {
+	sock := filepath.Join(s.root, "proxy.sock")
+	if len(sock) > 107 { // sun_path
+		return errdefs.Unprocessablef("network mode %s: the proxy socket path %s is longer than a unix socket allows (108 bytes); use a shorter AGENTA_RUNNER_DATA_DIR", s.mode, sock)
+	}
+	var err error
+	s.proxy, err = startProxy(sock, allow, s.log, s.spec.OnEvent)
+	if err == nil {
+		err = s.p.user().own(s.proxy.path)
+	}
+	if err != nil {
+		return fmt.Errorf("create sandbox %s: %w", s.info.ID, err)
+	}
+	return nil
 }
 
 // user is the sandbox user, nil when sandboxes run as the runner's uid.
@@ -320,8 +360,11 @@ type Sandbox struct {
 	info  sandbox.Info
 	log   *slog.Logger
 	cg    *cgroup  // nil without limits
-	proxy *proxy   // nil unless mode is "allowlist"
+	proxy *proxy   // mode "allowlist"; mode "on" when it forwards to the host's loopback
 	args  []string // the bwrap arguments shared by every process
+	// open and openTo are what Spec.Network.Allow opens under mode "on".
+	open   []netip.Prefix
+	openTo []netip.AddrPort
 
 	// mu guards the following.
 	mu        sync.Mutex
@@ -384,6 +427,7 @@ func (s *Sandbox) teardown() error {
 	if s.proxy != nil {
 		s.proxy.close()
 	}
+	reapSlirps(s.root)
 	if s.cg != nil {
 		if err := s.cg.destroy(); err != nil {
 			errs = append(errs, err)

@@ -49,7 +49,7 @@ func (s *Sandbox) Start(ctx context.Context, c sandbox.Cmd) (sandbox.Process, er
 		// runner crash does not leave the harness running.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	} else {
-		if s.proxy != nil {
+		if s.proxy != nil && s.mode == "allowlist" {
 			env = append(env, proxyEnv()...)
 		}
 		var err error
@@ -111,10 +111,14 @@ func (s *Sandbox) Start(ctx context.Context, c sandbox.Cmd) (sandbox.Process, er
 		return nil, fmt.Errorf("start %s in sandbox %s: %w: %s", path, s.info.ID, err, p.stderr.String())
 	}
 	p.pidfd = pidfd
+	if l != nil {
+		p.net = l.net
+	}
 	s.log.Debug("process started", logkey.PID, cmd.Process.Pid)
 
 	go func() {
 		p.waitErr = cmd.Wait()
+		p.net.close() // slirp4netns ends with the sandbox
 		if p.cg != nil {
 			p.after = p.cg.counters()
 		}
@@ -188,6 +192,7 @@ type process struct {
 	waitErr error
 	bwrap   bool
 	cg      *cgroup
+	net     *netAttach // nil unless network "on" is isolated
 	// mu guards pidfd, bwrap's sandbox init; -1 when there is none.
 	mu    sync.Mutex
 	pidfd int

@@ -222,18 +222,20 @@ func ProxyBridgeMain(args []string) int {
 		return 2
 	}
 	argv := rest[1:]
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "proxy bridge:", err)
-		return 1
-	}
-	defer ln.Close()
 	var wg sync.WaitGroup
-	wg.Go(func() { acceptBridge(ln, sock, "") })
+	var listeners []net.Listener
+	if listen != "-" { // "-": forwards only (network "on")
+		ln, err := net.Listen("tcp", listen)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "proxy bridge:", err)
+			return 1
+		}
+		listeners = append(listeners, ln)
+		wg.Go(func() { acceptBridge(ln, sock, "") })
+	}
 	// Allowlisted services on the host's loopback (a local model server)
 	// appear on the sandbox's own loopback at the same address, tunnelled
 	// through the proxy, so programs that ignore HTTP_PROXY reach them too.
-	listeners := []net.Listener{ln}
 	for _, addr := range forwards {
 		fl, err := net.Listen("tcp", addr)
 		if err != nil {

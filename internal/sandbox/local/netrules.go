@@ -1,0 +1,195 @@
+package local
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// refusedRanges are the destinations a sandbox with network "on" never
+// reaches through slirp4netns, which connects from the host's own sockets:
+// the host's loopback, private and link-local networks (the cloud metadata
+// endpoint 169.254.169.254), CGNAT, benchmarking, multicast and reserved
+// space, and their IPv6 counterparts (NAT64 and IPv4-mapped included, which
+// would reach the same IPv4 hosts). The host's own addresses are added per
+// sandbox start.
+var refusedRanges = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("10.0.0.0/8"),
+	netip.MustParsePrefix("100.64.0.0/10"),
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("169.254.0.0/16"),
+	netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.0.0.0/24"),
+	netip.MustParsePrefix("192.168.0.0/16"),
+	netip.MustParsePrefix("198.18.0.0/15"),
+	netip.MustParsePrefix("224.0.0.0/4"),
+	netip.MustParsePrefix("240.0.0.0/4"),
+	netip.MustParsePrefix("::/127"),
+	netip.MustParsePrefix("::ffff:0:0/96"),
+	netip.MustParsePrefix("64:ff9b::/96"),
+	netip.MustParsePrefix("fc00::/7"),
+	netip.MustParsePrefix("fe80::/10"),
+	netip.MustParsePrefix("ff00::/8"),
+}
+
+// slirpDNS is slirp4netns's DNS forwarder, the only address in its network
+// (10.0.2.0/24, inside the refused 10/8) that a sandbox may reach, and only
+// on port 53.
+var slirpDNS = netip.MustParseAddr("10.0.2.3")
+
+// netPolicy is what the in-namespace installer puts into a sandbox's
+// network namespace. It travels as JSON on the installer's stdin.
+type netPolicy struct {
+	// Allow are destinations opened on every port, checked before Refuse.
+	Allow []netip.Prefix `json:"allow,omitempty"`
+	// AllowTo are destinations opened on one TCP/UDP port.
+	AllowTo []netip.AddrPort `json:"allow_to,omitempty"`
+	// Refuse are destinations refused at once: a TCP reset, an ICMP port
+	// unreachable for the rest.
+	Refuse []netip.Prefix `json:"refuse"`
+	// DenyRest refuses everything not accepted (network "allowlist").
+	DenyRest bool `json:"deny_rest,omitempty"`
+}
+
+// slirpTap is the device slirp4netns makes in the sandbox.
+const slirpTap = "tap0"
+
+// nftTable is the table's name in the sandbox's network namespace.
+const nftTable = "runner"
+
+// install adds the policy's table to the network namespace c talks to, in
+// one netlink batch: either all of it is in force or none.
+func (pol netPolicy) install(c *nftables.Conn) error {
+	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: nftTable})
+	refuse := c.AddChain(&nftables.Chain{Name: "refuse", Table: t})
+	c.AddRule(&nftables.Rule{Table: t, Chain: refuse, Exprs: []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+		&expr.Reject{Type: unix.NFT_REJECT_TCP_RST},
+	}})
+	c.AddRule(&nftables.Rule{Table: t, Chain: refuse, Exprs: []expr.Any{
+		&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_PORT_UNREACH},
+	}})
+	accept := nftables.ChainPolicyAccept
+	out := c.AddChain(&nftables.Chain{
+		Name: "output", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &accept,
+	})
+	add := func(v expr.Any, match ...expr.Any) {
+		c.AddRule(&nftables.Rule{Table: t, Chain: out, Exprs: append(match, v)})
+	}
+	acceptV := &expr.Verdict{Kind: expr.VerdictAccept}
+	refuseV := &expr.Verdict{Kind: expr.VerdictJump, Chain: "refuse"}
+
+	// The sandbox's own loopback.
+	lo := make([]byte, unix.IFNAMSIZ)
+	copy(lo, "lo")
+	add(acceptV, &expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: lo})
+	// IPv6 neighbour discovery (router and neighbour solicitation and
+	// advertisement, redirect) towards slirp's gateway.
+	add(acceptV,
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV6}},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_ICMPV6}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
+		&expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: []byte{133}, ToData: []byte{137}},
+	)
+	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+		add(acceptV, toPort(netip.AddrPortFrom(slirpDNS, 53), proto)...)
+	}
+	for _, p := range pol.Allow {
+		add(acceptV, toPrefix(p)...)
+	}
+	for _, ap := range pol.AllowTo {
+		for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+			add(acceptV, toPort(ap, proto)...)
+		}
+	}
+	for _, p := range pol.Refuse {
+		add(refuseV, toPrefix(p)...)
+	}
+	if pol.DenyRest {
+		add(refuseV)
+	}
+	return c.Flush()
+}
+
+// toPrefix matches packets whose destination lies in p.
+func toPrefix(p netip.Prefix) []expr.Any {
+	// An IPv4-mapped prefix (::ffff:0:0/96) stays IPv6: it matches IPv6
+	// packets, and unmapping it would match all of IPv4.
+	p = p.Masked()
+	addr, bits := p.Addr(), p.Bits()
+	family, off := byte(unix.NFPROTO_IPV4), uint32(16)
+	if addr.Is6() {
+		family, off = unix.NFPROTO_IPV6, 24
+	}
+	raw := addr.AsSlice()
+	mask := net.CIDRMask(bits, len(raw)*8)
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{family}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: uint32(len(raw))},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: uint32(len(raw)), Mask: mask, Xor: make([]byte, len(raw))},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: raw},
+	}
+}
+
+// toPort matches packets of proto to ap.
+func toPort(ap netip.AddrPort, proto byte) []expr.Any {
+	addr := ap.Addr().Unmap()
+	m := toPrefix(netip.PrefixFrom(addr, addr.BitLen()))
+	return append(m,
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{byte(ap.Port() >> 8), byte(ap.Port())}},
+	)
+}
+
+// netSetupEnv set to 1 makes any binary that links this package the
+// installer of a sandbox's nftables table (netSetupMain) instead of itself:
+// the provider runs its own binary again that way, so the runner, and every
+// test binary, carries the installer without a subcommand to wire.
+const netSetupEnv = "AGENTA_RUNNER_INTERNAL_NET_SETUP"
+
+func init() {
+	if os.Getenv(netSetupEnv) == "1" {
+		os.Exit(netSetupMain())
+	}
+}
+
+// netSetupMain runs through nsenter inside the sandbox's user namespace
+// (which the runner's uid owns, so it needs no privilege in the host's) and
+// network namespace, before the sandbox's command runs. It reads the policy
+// as JSON from stdin, installs it over netlink and exits: the sandbox
+// itself never holds a capability that could change the table.
+func netSetupMain() int {
+	var pol netPolicy
+	if err := json.NewDecoder(os.Stdin).Decode(&pol); err != nil {
+		fmt.Fprintln(os.Stderr, "network policy:", err)
+		return 2
+	}
+	if err := configureIPv6(slirpTap); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	c, err := nftables.New()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nftables:", err)
+		return 1
+	}
+	if err := pol.install(c); err != nil {
+		fmt.Fprintln(os.Stderr, "nftables:", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,487 @@
+package local
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/logkey"
+)
+
+// Values of Config.Network.
+const (
+	// NetworkIsolated gives every sandbox with network "on" its own network
+	// namespace, user-mode networking (slirp4netns) and an nftables table
+	// that refuses the host and private networks.
+	NetworkIsolated = "isolated"
+	// NetworkHost shares the host's network namespace with network "on"
+	// sandboxes, for development: they reach the host's loopback.
+	NetworkHost = "host"
+)
+
+// netstack is the isolated network of mode "on": slirp4netns for the
+// traffic, and the NetSetup installer for the table. Each bwrap launch gets
+// its own network namespace, so each gets its own slirp4netns.
+//
+// Nothing of it needs privilege in the host's namespaces. bwrap makes the
+// sandbox's user and network namespaces as the runner's uid, which owns
+// them; slirp4netns joins them by path, and nsenter runs the installer in
+// them as the user namespace's root, with CAP_NET_ADMIN there only. The
+// sandbox's own processes live in a nested user namespace bwrap makes
+// (--disable-userns) and hold no capability in the one that owns their
+// network namespace, so they cannot change the table.
+type netstack struct {
+	slirp   string
+	nsenter string
+	setup   string // the installer: this binary, run with netSetupEnv set
+	resolv  string // the sandbox's /etc/resolv.conf, naming slirp's DNS
+	allow   []netip.Prefix
+	allowTo []netip.AddrPort
+	// forwards are operator entries on the host's loopback, served on the
+	// sandbox's own loopback by the proxy bridge.
+	forwards []string
+}
+
+// newNetstack checks what mode "on" needs. Its error names the cause and
+// the fix; the provider keeps it and refuses every "on" sandbox with it.
+func newNetstack(cfg Config) (*netstack, error) {
+	n := &netstack{}
+	var err error
+	slirp := cfg.Slirp4netns
+	if slirp == "" {
+		slirp = "slirp4netns"
+	}
+	if n.slirp, err = exec.LookPath(slirp); err != nil {
+		return nil, fmt.Errorf("slirp4netns not found (%w); install the slirp4netns package (apt-get install slirp4netns)", err)
+	}
+	nsenter := cfg.Nsenter
+	if nsenter == "" {
+		nsenter = "nsenter"
+	}
+	if n.nsenter, err = exec.LookPath(nsenter); err != nil {
+		return nil, fmt.Errorf("nsenter not found (%w); install util-linux", err)
+	}
+	// The installer is this very binary (see init in netrules.go). Not by
+	// /proc/<pid>/exe: inside the sandbox's user namespace the installer may
+	// not look into the runner's /proc.
+	if n.setup, err = os.Executable(); err == nil {
+		n.setup, err = filepath.EvalSymlinks(n.setup)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("locate the runner binary for the network installer: %w", err)
+	}
+	tun := cfg.TunDevice
+	if tun == "" {
+		tun = "/dev/net/tun"
+	}
+	f, err := os.OpenFile(tun, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s is not usable (%w); slirp4netns needs it: load the tun module, make the device readable and writable by the runner's user (mode 0666 is the default), and in a container pass it in (docker run --device /dev/net/tun)", tun, err)
+	}
+	st, serr := f.Stat()
+	f.Close()
+	if serr != nil || st.Mode()&os.ModeCharDevice == 0 {
+		return nil, fmt.Errorf("%s is not a character device; slirp4netns needs the tun device: in a container pass it in (docker run --device /dev/net/tun)", tun)
+	}
+	if err := n.parseAllow(cfg.NetAllow); err != nil {
+		return nil, err
+	}
+	n.resolv = filepath.Join(cfg.Dir, ".resolv.conf")
+	if err := os.WriteFile(n.resolv, []byte("nameserver "+slirpDNS.String()+"\n"), 0o644); err != nil {
+		return nil, fmt.Errorf("sandbox resolv.conf: %w", err)
+	}
+	return n, nil
+}
+
+// parseAllow reads AGENTA_RUNNER_LOCAL_NETWORK_ALLOW: CIDRs, addresses and
+// host:port. A name is resolved once, now.
+func (n *netstack) parseAllow(entries []string) error {
+	for _, raw := range entries {
+		e := strings.TrimSpace(raw)
+		if e == "" {
+			continue
+		}
+		bad := func(why string) error {
+			return errdefs.Invalidf("AGENTA_RUNNER_LOCAL_NETWORK_ALLOW entry %q: %s", raw, why)
+		}
+		if p, err := netip.ParsePrefix(e); err == nil {
+			if p.Addr().IsLoopback() {
+				return bad("the host's loopback is reached by host:port only")
+			}
+			n.allow = append(n.allow, p.Masked())
+			continue
+		}
+		if ip, err := netip.ParseAddr(e); err == nil {
+			if ip.IsLoopback() {
+				return bad("the host's loopback is reached by host:port only")
+			}
+			n.allow = append(n.allow, netip.PrefixFrom(ip, ip.BitLen()))
+			continue
+		}
+		host, port, err := net.SplitHostPort(e)
+		if err != nil {
+			return bad("want a CIDR, an address or host:port")
+		}
+		pn, err := strconv.Atoi(port)
+		if err != nil || pn <= 0 || pn > 65535 {
+			return bad("bad port")
+		}
+		ips, err := resolveHost(host)
+		if err != nil {
+			return bad(err.Error())
+		}
+		for _, ip := range ips {
+			if ip.IsLoopback() {
+				n.forwards = append(n.forwards, net.JoinHostPort(ip.String(), port))
+				continue
+			}
+			n.allowTo = append(n.allowTo, netip.AddrPortFrom(ip, uint16(pn)))
+		}
+	}
+	return nil
+}
+
+// resolveHost returns the addresses of an address literal or a name.
+func resolveHost(host string) ([]netip.Addr, error) {
+	if host == "localhost" {
+		return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return []netip.Addr{ip.Unmap()}, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return nil, fmt.Errorf("resolve %s: %w", host, err)
+	}
+	for i := range ips {
+		ips[i] = ips[i].Unmap()
+	}
+	return ips, nil
+}
+
+// openings turns a sandbox's Spec.Network.Allow under mode "on" (the model
+// endpoint, the key gateway) into destinations: entries on the host's
+// loopback become forwards, other addresses and resolved names are opened
+// (on their port when the entry names one). Names that do not resolve open
+// nothing: a public name needs no opening.
+func openings(entries []string) (allow []netip.Prefix, allowTo []netip.AddrPort, forwards []string) {
+	forwards = loopbackForwards(entries)
+	for _, e := range entries {
+		r, err := parseRule(strings.TrimSpace(e))
+		if err != nil {
+			continue
+		}
+		var ips []netip.Addr
+		switch {
+		case r.prefix.IsValid():
+			if r.prefix.Addr().IsLoopback() {
+				continue
+			}
+			if r.port == 0 {
+				allow = append(allow, r.prefix)
+				continue
+			}
+			ips = []netip.Addr{r.prefix.Addr()}
+		case strings.HasPrefix(r.host, "."):
+			continue // a wildcard names no address
+		default:
+			ips, _ = resolveHost(r.host)
+		}
+		for _, ip := range ips {
+			if ip.IsLoopback() {
+				continue
+			}
+			if r.port == 0 {
+				allow = append(allow, netip.PrefixFrom(ip, ip.BitLen()))
+			} else {
+				allowTo = append(allowTo, netip.AddrPortFrom(ip, uint16(r.port)))
+			}
+		}
+	}
+	return allow, allowTo, forwards
+}
+
+// policy is the table for one launch of s: the host's addresses are read
+// now, since they change.
+func (n *netstack) policy(s *Sandbox) netPolicy {
+	pol := netPolicy{
+		Allow:   append(append([]netip.Prefix(nil), n.allow...), s.open...),
+		AllowTo: append(append([]netip.AddrPort(nil), n.allowTo...), s.openTo...),
+		Refuse:  append([]netip.Prefix(nil), refusedRanges...),
+	}
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(ipn.IP); ok {
+					ip = ip.Unmap()
+					pol.Refuse = append(pol.Refuse, netip.PrefixFrom(ip, ip.BitLen()))
+				}
+			}
+		}
+	}
+	return pol
+}
+
+// netAttach is one launch's slirp4netns.
+type netAttach struct {
+	cmd    *exec.Cmd
+	exit   *os.File // --exit-fd: closing it ends slirp4netns
+	done   chan struct{}
+	record string // the file naming it in the sandbox dir, for the reaper
+}
+
+// attach connects the network namespace of the sandbox init pid to the
+// outside through slirp4netns and installs pol in it. The sandbox is still
+// blocked (bwrap --block-fd): its command has not run.
+func (n *netstack) attach(pid int, blockFD, root string, pol netPolicy) (*netAttach, error) {
+	if err := waitBlocked(pid, blockFD); err != nil {
+		return nil, err
+	}
+	netns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
+	if err != nil {
+		return nil, fmt.Errorf("sandbox network namespace: %w", err)
+	}
+	defer netns.Close()
+	// The user namespace that owns the network namespace: bwrap's outer
+	// one, where the runner's uid is root, not the nested one the sandbox
+	// runs in.
+	ufd, err := unix.IoctlRetInt(int(netns.Fd()), unix.NS_GET_USERNS)
+	if err != nil {
+		return nil, fmt.Errorf("owner of the sandbox network namespace: %w", err)
+	}
+	userns := os.NewFile(uintptr(ufd), "userns")
+	defer userns.Close()
+
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer readyR.Close()
+	exitR, exitW, err := os.Pipe()
+	if err != nil {
+		readyW.Close()
+		return nil, err
+	}
+	out := newTail(4 << 10)
+	cmd := exec.Command(n.slirp, "--configure", "--disable-host-loopback", "--mtu=65520", "--enable-ipv6",
+		"--ready-fd=3", "--exit-fd=4", "--userns-path=/proc/self/fd/5", "--netns-type=path", "/proc/self/fd/6", slirpTap)
+	cmd.Env = []string{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.ExtraFiles = []*os.File{readyW, exitR, userns, netns}
+	// Pdeathsig backs up --exit-fd: the write end closes when the runner
+	// dies, however it dies.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	err = cmd.Start()
+	readyW.Close()
+	exitR.Close()
+	if err != nil {
+		exitW.Close()
+		return nil, fmt.Errorf("start slirp4netns: %w", err)
+	}
+	a := &netAttach{cmd: cmd, exit: exitW, done: make(chan struct{}), record: recordSlirp(root, cmd.Process.Pid)}
+	go func() {
+		_ = cmd.Wait()
+		close(a.done)
+	}()
+	_ = readyR.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var b [1]byte
+	if _, err := readyR.Read(b[:]); err != nil {
+		a.close()
+		return nil, fmt.Errorf("slirp4netns did not come up (%v): %s", err, out.String())
+	}
+
+	data, err := json.Marshal(pol)
+	if err != nil {
+		a.close()
+		return nil, err
+	}
+	// --preserve-credentials: the runner's uid is already the user
+	// namespace's root (bwrap maps it to 0 there), and setgroups is denied.
+	setup := exec.Command(n.nsenter, "--user=/proc/self/fd/3", "--net=/proc/self/fd/4", "--preserve-credentials", "--", n.setup)
+	setup.Env = []string{netSetupEnv + "=1"}
+	setup.Stdin = bytes.NewReader(data)
+	setup.ExtraFiles = []*os.File{userns, netns}
+	if msg, err := setup.CombinedOutput(); err != nil {
+		a.close()
+		return nil, fmt.Errorf("install the sandbox's nftables table (%v): %s; the kernel needs nf_tables (CONFIG_NF_TABLES, the nft_reject_inet module)", err, strings.TrimSpace(string(msg)))
+	}
+	return a, nil
+}
+
+// waitBlocked returns once the sandbox init pid sits in read(2) on its
+// --block-fd. bwrap reports the pid right after clone, while the child is
+// still writing its uid map, setting up loopback and nesting its user
+// namespace; slirp4netns and the installer must come after all of that.
+// bwrap has no "ready" signal, so the init's current syscall is polled; it
+// gets there within a few milliseconds.
+func waitBlocked(pid int, blockFD string) error {
+	fd, _ := strconv.Atoi(blockFD)
+	want := fmt.Sprintf("%d 0x%x ", unix.SYS_READ, fd)
+	path := fmt.Sprintf("/proc/%d/syscall", pid)
+	deadline := time.Now().Add(10 * time.Second)
+	for wait := 50 * time.Microsecond; ; wait = min(2*wait, time.Millisecond) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("sandbox setup: %w", err)
+		}
+		if strings.HasPrefix(string(b), want) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("sandbox setup did not reach its network step in 10s (%s)", strings.TrimSpace(string(b)))
+		}
+		time.Sleep(wait)
+	}
+}
+
+// close ends slirp4netns and waits for it; nil-safe and idempotent.
+func (a *netAttach) close() {
+	if a == nil || a.exit == nil {
+		return
+	}
+	a.exit.Close()
+	a.exit = nil
+	select {
+	case <-a.done:
+	case <-time.After(2 * time.Second):
+		_ = a.cmd.Process.Kill()
+		<-a.done
+	}
+	if a.record != "" {
+		_ = os.Remove(a.record)
+	}
+}
+
+// recordSlirp notes a slirp4netns in the sandbox dir as
+// slirp4netns.<pid>, holding its start time, and returns the file's path
+// ("" when it could not be written). It dies with the runner (--exit-fd,
+// Pdeathsig); the record lets the reaper make sure of that (reapSlirps).
+func recordSlirp(root string, pid int) string {
+	start, ok := procStart(pid)
+	if !ok {
+		return ""
+	}
+	path := filepath.Join(root, "slirp4netns."+strconv.Itoa(pid))
+	if os.WriteFile(path, []byte(start), 0o600) != nil {
+		return ""
+	}
+	return path
+}
+
+// reapSlirps kills the slirp4netns processes recorded in root that still
+// run: the same pid, the same start time, the same name.
+func reapSlirps(root string) {
+	recs, _ := filepath.Glob(filepath.Join(root, "slirp4netns.*"))
+	for _, rec := range recs {
+		pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Ext(rec), "."))
+		want, rerr := os.ReadFile(rec)
+		if err == nil && rerr == nil {
+			if start, ok := procStart(pid); ok && start == string(want) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		_ = os.Remove(rec)
+	}
+}
+
+// procStart is the start time of a running slirp4netns (field 22 of
+// /proc/<pid>/stat); false for any other process.
+func procStart(pid int) (string, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "", false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || !strings.HasSuffix(s[:i], "(slirp4netns") {
+		return "", false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return "", false
+	}
+	return f[19], true
+}
+
+// newNetwork prepares mode "on" for New. A bad Config.Network or
+// NetAllow fails New; a host that lacks what the isolated network needs
+// does not: mode "on" is then refused per sandbox with the cause (netErr),
+// never run on the host's network instead.
+func (p *Provider) newNetwork() error {
+	switch p.cfg.Network {
+	case "", NetworkIsolated:
+	case NetworkHost:
+		p.log.Warn("LOCAL SANDBOXES SHARE THE HOST'S NETWORK (AGENTA_RUNNER_LOCAL_NETWORK=host): network \"on\" reaches the host's loopback (the runner, databases), its private networks and the cloud metadata endpoint; for development only")
+		return nil
+	default:
+		return errdefs.Invalidf("AGENTA_RUNNER_LOCAL_NETWORK %q: want %q or %q", p.cfg.Network, NetworkIsolated, NetworkHost)
+	}
+	if err := (&netstack{}).parseAllow(p.cfg.NetAllow); err != nil {
+		return err
+	}
+	p.net, p.netErr = newNetstack(p.cfg)
+	if p.netErr != nil {
+		p.log.Error("local sandboxes with network \"on\" are refused: their isolated network does not work on this host", logkey.Error, p.netErr)
+	}
+	return nil
+}
+
+// networkOn describes mode "on" for /health.
+func (p *Provider) networkOn() string {
+	switch {
+	case p.net != nil:
+		return NetworkIsolated
+	case p.netErr != nil:
+		return "unavailable: " + p.netErr.Error()
+	}
+	return NetworkHost
+}
+
+// isolated reports whether s gets its own network through slirp4netns.
+func (s *Sandbox) isolated() bool {
+	return s.p.bw != nil && s.mode == "on" && s.p.net != nil
+}
+
+// openNetwork works out what Spec.Network.Allow opens under mode "on", and
+// starts the proxy that serves the host's loopback entries (the key
+// gateway, a local model server) on the sandbox's own loopback.
+func (s *Sandbox) openNetwork() error {
+	if !s.isolated() {
+		return nil
+	}
+	var fw []string
+	s.open, s.openTo, fw = openings(s.spec.Network.Allow)
+	for _, f := range s.p.net.forwards {
+		if !slices.Contains(fw, f) {
+			fw = append(fw, f)
+		}
+	}
+	if len(fw) == 0 {
+		return nil
+	}
+	if len(s.p.cfg.ProxyBridge) == 0 {
+		s.log.Warn("network \"on\": the host's loopback is not reachable from this sandbox without the proxy bridge", "addresses", strings.Join(fw, ", "))
+		return nil
+	}
+	allow, err := parseAllowlist(fw)
+	if err != nil {
+		return err
+	}
+	return s.startProxy(allow)
+}
