@@ -123,10 +123,8 @@ func TestPlatformRecords(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("records (-want +got):\n%s", diff)
 	}
+	f.Wait(t, 5*time.Second, "two heartbeats", func() bool { return len(f.CallsTo("/sessions/streams/heartbeat")) >= 2 })
 	beats := f.CallsTo("/sessions/streams/heartbeat")
-	if len(beats) < 2 {
-		t.Fatalf("heartbeats: %d", len(beats))
-	}
 	var first, last struct {
 		SessionID  string `json:"session_id"`
 		TurnID     string `json:"turn_id"`
