@@ -211,3 +211,19 @@ func (s *Seaweed) Bucket(t testing.TB) string {
 	}
 	return name
 }
+
+// Start starts a server for one test and stops it when the test ends;
+// it skips the test when EnvS3 is unset.
+func Start(t testing.TB) *Seaweed {
+	t.Helper()
+	bin := os.Getenv(EnvS3)
+	if bin == "" {
+		t.Skipf("%s is not set (path to SeaweedFS's weed; .ci/s3.sh builds it)", EnvS3)
+	}
+	s, err := start(bin)
+	if err != nil {
+		t.Fatalf("start SeaweedFS: %v", err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
