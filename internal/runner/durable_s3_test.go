@@ -52,7 +52,9 @@ func TestSignedLeasesOutliveTheTurn(t *testing.T) {
 	e := durableEnv(t, st, t.TempDir(), func(c *runner.Config) {
 		c.CheckpointEvery = 300 * time.Millisecond
 		c.Workspaces = workspace.Signed{
-			Signer:   func(*wire.Request) (workspace.MountSigner, bool) { return stsSigner{sw: sw, bucket: bucket, signs: &signs}, true },
+			Signer: func(*wire.Request) (workspace.MountSigner, bool) {
+				return stsSigner{sw: sw, bucket: bucket, signs: &signs}, true
+			},
 			NewStore: func(l workspace.Leaser) workspace.Store { return s3.New(l, s3.Options{}) },
 		}
 	})
