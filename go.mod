@@ -3,6 +3,7 @@ module github.com/agentrunner/runner
 go 1.26.8
 
 require (
+	github.com/creack/pty v1.1.24
 	github.com/elastic/go-seccomp-bpf v1.6.0
 	github.com/google/go-cmp v0.7.0
 	github.com/google/nftables v0.3.0

@@ -212,6 +212,7 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 		Configure:       harnessConfigurer(cfg, environ),
 		Binds:           harnessBinds(cfg, log),
 		Observers:       observers(cfg, replica, log),
+		Workdir:         cfg.Workdir,
 		Logger:          log,
 	}, providers, &acp.Driver{ClientVersion: version}, st)
 }

@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/mattn/go-isatty"
+
 	"github.com/agentrunner/runner/internal/sandbox/local"
 	"github.com/agentrunner/runner/internal/sandboxd"
 	"github.com/agentrunner/runner/internal/tools/relay"
@@ -116,6 +118,6 @@ func isTerminal(w io.Writer) bool {
 	if !ok {
 		return false
 	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	// Not a mode check: /dev/null is a character device too.
+	return isatty.IsTerminal(f.Fd())
 }

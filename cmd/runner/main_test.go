@@ -22,6 +22,9 @@ import (
 
 func TestMain(m *testing.M) {
 	agenttest.MaybeRun()
+	if os.Getenv(asRunnerEnv) == "1" {
+		main() // the runner itself, driven in a pseudo-terminal
+	}
 	// Inside sandboxes the runner binary is invoked for these; in tests
 	// that binary is this one.
 	if len(os.Args) > 1 {

@@ -1,54 +1,100 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
 
+	"github.com/agentrunner/runner/internal/render"
 	"github.com/agentrunner/runner/internal/wire"
 )
 
-// runTurn is `runner run`: one turn in-process with the service's engine.
+// Exit codes of `runner run` besides 0 (done), 1 (failed), 2 (usage).
+const (
+	exitPaused      = 3   // paused for a decision nobody could give here
+	exitInterrupted = 130 // Ctrl-C
+)
+
+// runTurn is `runner run`: one turn in-process with the service's engine,
+// or on a running service with -url, shown for a person (-o text, the
+// default on a terminal) or as the machine output (-o json, ndjson).
 func runTurn(ctx context.Context, args []string, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("runner run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	harness := fs.String("harness", "", "harness name (claude, codex, pi_core, gemini, opencode, or one from AGENTA_RUNNER_HARNESS_<NAME>)")
 	sandboxName := fs.String("sandbox", "", "sandbox provider (default: AGENTA_RUNNER_DEFAULT_SANDBOX_PROVIDER)")
-	prompt := fs.String("prompt", "", "user message; without it the request is read as JSON from stdin")
+	prompt := fs.String("prompt", "", "user message (or give it as the arguments); without either the request is read as JSON from stdin")
 	model := fs.String("model", "", "model id")
-	stream := fs.Bool("stream", false, "print NDJSON records instead of one JSON result")
+	output := fs.String("o", "", "output: text (the default on a terminal), json (the default otherwise) or ndjson")
+	stream := fs.Bool("stream", false, "same as -o ndjson")
+	thoughts := fs.Bool("thoughts", false, "text output: show the harness's thoughts in full, dimmed")
+	ask := fs.Bool("ask", false, "ask on the terminal before each tool call (permissions.default ask)")
+	session := fs.String("session", "", "continue this session, or start it: warm on a running service that holds it, cold from the ledger otherwise")
+	project := fs.String("project", "", "the session's project (default: cli)")
+	workdir := fs.String("workdir", "", "run the harness in this directory, bound writable into the sandbox (in-process only)")
+	base := fs.String("url", "", "run on the service at this base URL (token from AGENTA_RUNNER_TOKEN) instead of in-process")
 	if code, ok := parseFlags(fs, args, stdout); !ok {
 		return code
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "runner run: "+format+"\n", a...)
+		return 2
+	}
+	mode := *output
+	switch {
+	case *stream && mode != "" && mode != "ndjson":
+		return fail("-stream is -o ndjson; it contradicts -o %s", mode)
+	case *stream:
+		mode = "ndjson"
+	case mode == "" && isTerminal(stdout):
+		mode = "text"
+	case mode == "":
+		mode = "json"
+	case mode != "text" && mode != "json" && mode != "ndjson":
+		return fail("-o %q: want text, json or ndjson", mode)
 	}
 	cfg, ok := loadConfig(environ, stderr)
 	if !ok {
 		return 2
 	}
 
+	text := *prompt
+	if text == "" && fs.NArg() > 0 {
+		text = strings.Join(fs.Args(), " ")
+	} else if fs.NArg() > 0 {
+		return fail("give the prompt once: -prompt or arguments, not both")
+	}
 	var req *wire.Request
-	if *prompt != "" {
-		req = &wire.Request{Messages: []wire.Message{{Role: "user", Content: wire.MessageContent{Text: *prompt, IsText: true}}}}
+	if text != "" {
+		req = &wire.Request{Messages: []wire.Message{{Role: "user", Content: wire.MessageContent{Text: text, IsText: true}}}}
 	} else {
 		if f, ok := stdin.(*os.File); ok && isTerminal(f) {
-			fmt.Fprintln(stderr, "runner run: give --prompt, or pipe a run request as JSON on stdin")
-			return 2
+			return fail("give a prompt (-prompt or arguments), or pipe a run request as JSON on stdin")
 		}
 		body, err := io.ReadAll(io.LimitReader(stdin, cfg.MaxBodyBytes+1))
 		if err != nil {
-			fmt.Fprintln(stderr, "runner run: read stdin:", err)
-			return 2
+			return fail("read stdin: %v", err)
 		}
 		if int64(len(body)) > cfg.MaxBodyBytes {
-			fmt.Fprintf(stderr, "runner run: request larger than %d bytes (AGENTA_RUNNER_MAX_BODY_BYTES)\n", cfg.MaxBodyBytes)
-			return 2
+			return fail("request larger than %d bytes (AGENTA_RUNNER_MAX_BODY_BYTES)", cfg.MaxBodyBytes)
 		}
 		if req, err = wire.Decode(body); err != nil {
-			fmt.Fprintln(stderr, "runner run:", err)
-			return 2
+			return fail("%v", err)
 		}
+		stdin = nil // consumed: nothing left to answer approvals with
 	}
 	if *harness != "" {
 		req.Harness = *harness
@@ -59,39 +105,351 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 	if *model != "" {
 		req.Model = *model
 	}
-
-	log := newLogger(stderr, "warn")
-	svc, closeStore, err := buildService(ctx, cfg, environ, log)
-	if err != nil {
-		fmt.Fprintln(stderr, "runner:", err)
-		return 1
+	if *session != "" {
+		req.SessionID = *session
 	}
-	defer closeStore()
-	defer func() { _ = svc.Shutdown(context.WithoutCancel(ctx)) }()
-	live := isTerminal(stdout) && !*stream
-	enc := json.NewEncoder(stdout)
-	res, _ := svc.Run(ctx, req, func(seq int64, ev wire.Event) {
-		switch {
-		case *stream:
-			_ = enc.Encode(wire.Record{Kind: wire.RecordEvent, Seq: seq, Event: &ev})
-		case live && ev.Type == wire.EventMessageDelta:
-			fmt.Fprint(stderr, ev.Delta) // the text as it streams; the result follows on stdout
-		case live && ev.Type == wire.EventToolCall:
-			fmt.Fprintf(stderr, "\n[tool %s %s]\n", ev.Name, ev.Input)
+	if *ask {
+		if req.Permissions == nil {
+			req.Permissions = &wire.Permissions{}
 		}
-	})
-	if live {
-		fmt.Fprintln(stderr)
+		req.Permissions.Default = "ask"
+		if req.SessionID == "" {
+			// Only a session's turn can pause for a decision.
+			req.SessionID = "cli-" + randomID()
+		}
 	}
-	if *stream {
-		res.Events = []wire.Event{}
-		_ = enc.Encode(wire.Record{Kind: wire.RecordResult, Result: &res})
+	if *project != "" {
+		req.ProjectID = *project
+	}
+	if req.SessionID != "" && req.ProjectID == "" && (req.RunContext == nil || req.RunContext.Project == nil) {
+		req.ProjectID = "cli"
+	}
+
+	if *workdir != "" {
+		if *base != "" {
+			return fail("-workdir names a directory of this machine; it runs in-process only, not with -url")
+		}
+		abs, err := filepath.Abs(*workdir)
+		if err == nil {
+			var st os.FileInfo
+			if st, err = os.Stat(abs); err == nil && !st.IsDir() {
+				err = errors.New("not a directory")
+			}
+		}
+		if err != nil {
+			return fail("-workdir %s: %v", *workdir, err)
+		}
+		cfg.Workdir = abs
+	}
+	serviceURL := "http://" + loopbackAddr(cfg.Addr())
+	if *base == "" && req.SessionID != "" && cfg.Workdir == "" && cfg.Token != "" && serviceAt(ctx, serviceURL, cfg.Token) {
+		*base = serviceURL // the service may hold the session warm
+	}
+
+	var backend turns
+	if *base != "" {
+		if cfg.Token == "" {
+			return fail("-url needs AGENTA_RUNNER_TOKEN, the service's token")
+		}
+		serviceURL = strings.TrimRight(*base, "/")
+		backend = serviceTurns{base: serviceURL, token: cfg.Token, client: &http.Client{}}
 	} else {
+		level := "warn"
+		if mode == "text" {
+			level = "error" // a failed turn is shown by the renderer
+		}
+		log := newLogger(stderr, level)
+		svc, closeStore, err := buildService(ctx, cfg, environ, log)
+		if err != nil {
+			fmt.Fprintln(stderr, "runner:", err)
+			return 1
+		}
+		defer closeStore()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			_ = svc.Shutdown(sctx)
+		}()
+		backend = localTurns{svc: svc}
+	}
+
+	r := &runSession{
+		backend: backend, req: req, mode: mode, stdout: stdout, stderr: stderr, start: time.Now(),
+		remote: *base != "", serviceURL: serviceURL, answered: map[string]bool{},
+	}
+	if mode == "text" {
+		r.screen = render.New(stdout, render.Options{Color: render.ColorEnabled(isTerminal(stdout), envLookup(environ)), Thoughts: *thoughts})
+	}
+	if f, ok := stdin.(*os.File); ok && isTerminal(f) && mode == "text" {
+		r.answers = lines(stdin)
+	}
+	return r.run(ctx)
+}
+
+// runSession is one `runner run`: the turn, its continuations after each
+// decision, and the Ctrl-C handling around them.
+type runSession struct {
+	backend    turns
+	req        *wire.Request
+	mode       string
+	stdout     io.Writer
+	stderr     io.Writer
+	start      time.Time
+	remote     bool
+	serviceURL string
+	answers    <-chan string // lines typed on the terminal; nil without one
+
+	mu        sync.Mutex // the turn's sink and the Ctrl-C notice both write
+	screen    *render.Renderer
+	pending   []render.Approval
+	answered  map[string]bool
+	cancelled bool // Ctrl-C or the caller's cancellation
+}
+
+func (r *runSession) sink(seq int64, ev wire.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch ev.Type {
+	case wire.EventInteractionReq:
+		r.pending = append(r.pending, render.ParseApproval(ev))
+	case wire.EventInteractionRes:
+		r.answered[ev.ID] = true
+	}
+	switch r.mode {
+	case "text":
+		r.screen.Event(ev)
+	case "ndjson":
+		_ = json.NewEncoder(r.stdout).Encode(wire.Record{Kind: wire.RecordEvent, Seq: seq, Event: &ev})
+	}
+}
+
+func (r *runSession) result(res wire.Result) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch r.mode {
+	case "text":
+		if !res.OK && r.cancelled {
+			// The runner says how it stopped the turn (/kill); the
+			// person pressed Ctrl-C.
+			res.Error, res.StopReason = "cancelled", "cancelled"
+		}
+		r.screen.Result(res, time.Since(r.start))
+	case "ndjson":
+		res.Events = []wire.Event{}
+		_ = json.NewEncoder(r.stdout).Encode(wire.Record{Kind: wire.RecordResult, Result: &res})
+	default:
+		enc := json.NewEncoder(r.stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(res)
 	}
-	if !res.OK {
+}
+
+func (r *runSession) notice(s string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.screen != nil {
+		r.screen.Warn(s)
+		return
+	}
+	fmt.Fprintln(r.stderr, "runner run:", s)
+}
+
+func (r *runSession) run(ctx context.Context) int {
+	// The turn runs on its own context: Ctrl-C cancels it the way the
+	// runner cancels turns (a session's through Kill), not by dropping it.
+	turnCtx, cancelTurn := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelTurn()
+	interrupted := make(chan struct{})
+	stop := r.watchInterrupts(ctx, cancelTurn, interrupted)
+	defer stop()
+
+	res := r.backend.Run(turnCtx, r.req, r.sink)
+	for res.OK && res.StopReason == "paused" {
+		select {
+		case <-interrupted:
+			r.result(res)
+			return exitInterrupted
+		default:
+		}
+		a, ok := r.nextPending()
+		if !ok {
+			break
+		}
+		if r.answers == nil {
+			r.result(res)
+			r.explainPause(a)
+			return exitPaused
+		}
+		approved, ok := r.askFor(a, interrupted)
+		if !ok {
+			r.result(res)
+			if isClosed(interrupted) {
+				return exitInterrupted
+			}
+			r.explainPause(a)
+			return exitPaused
+		}
+		r.mu.Lock()
+		r.answered[a.ID] = true
+		r.mu.Unlock()
+		res = r.backend.Decide(turnCtx, r.req, a.ID, approved, r.sink)
+	}
+	r.result(res)
+	switch {
+	case isClosed(interrupted):
+		return exitInterrupted
+	case !res.OK:
 		return 1
+	case res.StopReason == "paused":
+		return exitPaused
 	}
 	return 0
+}
+
+func (r *runSession) nextPending() (render.Approval, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, a := range r.pending {
+		if !r.answered[a.ID] {
+			return a, true
+		}
+	}
+	return render.Approval{}, false
+}
+
+// askFor asks allow once / deny on the terminal until it gets an answer;
+// ok is false when the terminal closed or Ctrl-C came first.
+func (r *runSession) askFor(a render.Approval, interrupted <-chan struct{}) (approved, ok bool) {
+	for {
+		r.mu.Lock()
+		fmt.Fprint(r.stdout, "  allow once [a] / deny [d]? ")
+		r.mu.Unlock()
+		select {
+		case <-interrupted:
+			return false, false
+		case line, open := <-r.answers:
+			if !open {
+				fmt.Fprintln(r.stdout)
+				return false, false
+			}
+			switch strings.ToLower(strings.TrimSpace(line)) {
+			case "a", "allow", "y", "yes":
+				return true, true
+			case "d", "deny", "n", "no":
+				return false, true
+			}
+		}
+	}
+}
+
+// explainPause fails fast where nobody can answer: the interaction's id
+// and the HTTP call that answers it.
+func (r *runSession) explainPause(a render.Approval) {
+	what := strings.TrimSpace(a.Kind + " " + a.Title)
+	if a.Args != "" && a.Args != "{}" {
+		what += " " + a.Args
+	}
+	how := "Answer it over HTTP:"
+	if !r.remote {
+		how = "This process held the paused turn and ends now; run it on a service (`runner serve`, then runner run -url) to answer over HTTP:"
+	}
+	fmt.Fprintf(r.stderr, "runner run: paused for approval of %s: interaction %s in session %s, and there is no terminal to ask on.\n"+
+		"%s\n"+
+		"  curl -sS -X POST -H \"Authorization: Bearer $AGENTA_RUNNER_TOKEN\" -H 'Content-Type: application/json' -H 'Accept: application/x-ndjson' -d '{\"approved\":true}' %s/v1/sessions/%s/interactions/%s\n",
+		what, a.ID, render.Clean(r.req.SessionID), how, r.serviceURL, render.Clean(r.req.SessionID), a.ID)
+}
+
+// watchInterrupts turns the first Ctrl-C (or the caller's cancellation)
+// into a clean cancel of the turn, and a second Ctrl-C into an immediate
+// exit. The returned stop waits for it.
+func (r *runSession) watchInterrupts(ctx context.Context, cancelTurn context.CancelFunc, interrupted chan struct{}) (stop func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt)
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	var once sync.Once
+	first := func() {
+		once.Do(func() {
+			close(interrupted)
+			r.mu.Lock()
+			r.cancelled = true
+			r.mu.Unlock()
+			r.notice("cancelling the turn (Ctrl-C again quits at once)")
+			if r.req.SessionID == "" {
+				cancelTurn()
+				return
+			}
+			wg.Go(func() {
+				kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+				defer cancel()
+				r.backend.Cancel(kctx, r.req)
+				cancelTurn()
+			})
+		})
+	}
+	wg.Go(func() {
+		done := ctx.Done()
+		n := 0
+		for {
+			select {
+			case <-quit:
+				return
+			case <-done:
+				done = nil
+				first()
+			case <-sigs:
+				if n++; n > 1 {
+					fmt.Fprintln(r.stderr, "\nrunner run: interrupted")
+					os.Exit(exitInterrupted)
+				}
+				first()
+			}
+		}
+	})
+	return func() {
+		signal.Stop(sigs)
+		close(quit)
+		wg.Wait()
+	}
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// lines reads in line by line. Its goroutine ends at EOF; a terminal
+// that never sends one keeps it until the process exits, which is soon
+// after runner run returns.
+func lines(in io.Reader) <-chan string {
+	out := make(chan string)
+	go func() {
+		defer close(out)
+		sc := bufio.NewScanner(in)
+		for sc.Scan() {
+			out <- sc.Text()
+		}
+	}()
+	return out
+}
+
+// loopbackAddr is addr with an unspecified host (0.0.0.0, ::, none)
+// replaced by loopback, to dial the local service.
+func loopbackAddr(addr string) string {
+	for _, any := range []string{"0.0.0.0:", "[::]:", ":"} {
+		if rest, ok := strings.CutPrefix(addr, any); ok {
+			return "127.0.0.1:" + rest
+		}
+	}
+	return addr
+}
+
+func randomID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

@@ -1,57 +1,265 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
 	"time"
+
+	"github.com/agentrunner/runner/internal/render"
+	"github.com/agentrunner/runner/internal/wire"
 )
 
-// sessions is `runner sessions [ID]`: the running service's sessions, or
-// one session with its turns, as JSON (GET /v1/sessions[/ID]).
+// sessions is `runner sessions [ID]` and `runner sessions tail ID`: a
+// running service's sessions, one session with its turns, or one
+// session's events followed live, shown for a person on a terminal (or
+// with -o text) and as the API's JSON otherwise.
 func sessions(ctx context.Context, args []string, environ []string, stdout, stderr io.Writer) int {
 	cfg, ok := loadConfig(environ, stderr)
 	if !ok && !wantsHelp(args) {
 		return 2
 	}
-	fs := flag.NewFlagSet("runner sessions", flag.ContinueOnError)
+	name := "runner sessions"
+	tail := len(args) > 0 && args[0] == "tail"
+	if tail {
+		name, args = "runner sessions tail", args[1:]
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	base := fs.String("url", "http://"+cfg.Addr(), "base URL of the runner")
+	base := fs.String("url", "http://"+loopbackAddr(cfg.Addr()), "base URL of the runner")
+	output := fs.String("o", "", "output: text (the default on a terminal) or json (ndjson for tail)")
+	var after *int64
+	var thoughts *bool
+	if tail {
+		after = fs.Int64("after", 0, "start after this event sequence number (0: the whole log)")
+		thoughts = fs.Bool("thoughts", false, "show the harness's thoughts in full, dimmed")
+	}
 	if code, ok := parseFlags(fs, args, stdout); !ok {
 		return code
 	}
+	mode := *output
+	switch {
+	case mode == "" && isTerminal(stdout):
+		mode = "text"
+	case mode == "" && tail:
+		mode = "ndjson"
+	case mode == "":
+		mode = "json"
+	case mode == "ndjson" && !tail, mode != "text" && mode != "json" && mode != "ndjson":
+		fmt.Fprintf(stderr, "%s: -o %q: want text or json\n", name, mode)
+		return 2
+	}
 	if cfg.Token == "" {
-		fmt.Fprintln(stderr, "runner sessions: set AGENTA_RUNNER_TOKEN to the service's token")
+		fmt.Fprintf(stderr, "%s: set AGENTA_RUNNER_TOKEN to the service's token\n", name)
+		return 2
+	}
+	c := sessionsClient{base: strings.TrimRight(*base, "/"), token: cfg.Token, name: name, stderr: stderr}
+	color := render.ColorEnabled(isTerminal(stdout), envLookup(environ))
+	if tail {
+		if fs.NArg() != 1 {
+			fmt.Fprintln(stderr, "runner sessions tail: give one session id")
+			return 2
+		}
+		opt := render.Options{Color: color, Thoughts: *thoughts}
+		return c.tail(ctx, fs.Arg(0), *after, mode, opt, stdout)
+	}
+	if fs.NArg() > 1 {
+		fmt.Fprintln(stderr, "runner sessions: at most one session id (or: runner sessions tail ID)")
 		return 2
 	}
 	path := "/v1/sessions"
-	if fs.NArg() > 1 {
-		fmt.Fprintln(stderr, "runner sessions: at most one session id")
-		return 2
-	}
 	if fs.NArg() == 1 {
 		path += "/" + url.PathEscape(fs.Arg(0))
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, *base+path, nil)
-	if err != nil {
-		fmt.Fprintln(stderr, "runner sessions:", err)
-		return 2
+	body, ok := c.get(rctx, path)
+	if !ok {
+		return 1
 	}
-	req.Header.Set("Authorization", "Bearer "+cfg.Token)
+	if mode == "json" {
+		fmt.Fprint(stdout, string(body))
+		return 0
+	}
+	if fs.NArg() == 1 {
+		var v sessionView
+		if err := json.Unmarshal(body, &v); err != nil {
+			fmt.Fprintf(stderr, "%s: the service sent %v\n", name, err)
+			return 1
+		}
+		showSession(stdout, v)
+		return 0
+	}
+	var list struct {
+		Sessions []sessionView `json:"sessions"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		fmt.Fprintf(stderr, "%s: the service sent %v\n", name, err)
+		return 1
+	}
+	listSessions(stdout, list.Sessions, time.Now())
+	return 0
+}
+
+// sessionView is the part of GET /v1/sessions[/ID] shown on a terminal.
+type sessionView struct {
+	ID            string    `json:"id"`
+	ProjectID     string    `json:"projectId"`
+	Harness       string    `json:"harness"`
+	Status        string    `json:"status"`
+	Running       bool      `json:"running"`
+	Warm          bool      `json:"warm"`
+	LastTurnIndex int       `json:"lastTurnIndex"`
+	LastSeq       int64     `json:"lastSeq"`
+	UpdatedAt     time.Time `json:"updatedAt"`
+	Turns         []struct {
+		Index      int        `json:"index"`
+		Status     string     `json:"status"`
+		StopReason string     `json:"stopReason"`
+		Error      string     `json:"error"`
+		Usage      wire.Usage `json:"usage"`
+	} `json:"turns"`
+	Pending []struct {
+		InteractionID string          `json:"interactionId"`
+		ToolName      string          `json:"toolName"`
+		Input         json.RawMessage `json:"input"`
+	} `json:"pendingInteractions"`
+}
+
+func (v sessionView) state() string {
+	switch {
+	case v.Running:
+		return "running"
+	case len(v.Pending) > 0:
+		return "paused"
+	case v.Warm:
+		return "warm"
+	}
+	return "idle"
+}
+
+func listSessions(w io.Writer, list []sessionView, now time.Time) {
+	if len(list) == 0 {
+		fmt.Fprintln(w, "no sessions")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SESSION\tPROJECT\tHARNESS\tSTATE\tTURNS\tUPDATED")
+	for _, s := range list {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s ago\n", render.Clean(s.ID), render.Clean(s.ProjectID), render.Clean(s.Harness),
+			s.state(), s.LastTurnIndex+1, now.Sub(s.UpdatedAt).Round(time.Second))
+	}
+	_ = tw.Flush()
+}
+
+func showSession(w io.Writer, v sessionView) {
+	fmt.Fprintf(w, "session %s  project %s  harness %s  %s\n", render.Clean(v.ID), render.Clean(v.ProjectID), render.Clean(v.Harness), v.state())
+	for _, t := range v.Turns {
+		line := fmt.Sprintf("  turn %d  %s", t.Index, render.Clean(t.Status))
+		if t.StopReason != "" {
+			line += "  " + render.Clean(t.StopReason)
+		}
+		if t.Usage.Input > 0 || t.Usage.Output > 0 {
+			line += fmt.Sprintf("  %d in · %d out tokens", t.Usage.Input, t.Usage.Output)
+		}
+		if t.Error != "" {
+			line += "  " + render.Clean(t.Error)
+		}
+		fmt.Fprintln(w, line)
+	}
+	for _, p := range v.Pending {
+		fmt.Fprintf(w, "  waiting: %s %s  %s\n", render.Clean(p.InteractionID), render.Clean(p.ToolName), render.Clean(string(p.Input)))
+	}
+	fmt.Fprintf(w, "follow it: runner sessions tail %s\n", render.Clean(v.ID))
+}
+
+type sessionsClient struct {
+	base, token, name string
+	stderr            io.Writer
+}
+
+func (c sessionsClient) do(ctx context.Context, path string) (*http.Response, bool) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	if err != nil {
+		fmt.Fprintf(c.stderr, "%s: %v\n", c.name, err)
+		return nil, false
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Accept", "application/x-ndjson")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		fmt.Fprintf(stderr, "runner sessions: %v (is `runner serve` running at %s?)\n", err, *base)
+		fmt.Fprintf(c.stderr, "%s: %v (is `runner serve` running at %s?)\n", c.name, err, c.base)
+		return nil, false
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(body, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(body))
+		}
+		fmt.Fprintf(c.stderr, "%s: %s: %s\n", c.name, resp.Status, render.Clean(e.Error))
+		return nil, false
+	}
+	return resp, true
+}
+
+func (c sessionsClient) get(ctx context.Context, path string) ([]byte, bool) {
+	resp, ok := c.do(ctx, path)
+	if !ok {
+		return nil, false
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		fmt.Fprintf(c.stderr, "%s: %v\n", c.name, err)
+		return nil, false
+	}
+	return body, true
+}
+
+// tail follows the session's event log live until ctx ends (Ctrl-C).
+func (c sessionsClient) tail(ctx context.Context, id string, after int64, mode string, opt render.Options, stdout io.Writer) int {
+	path := "/v1/sessions/" + url.PathEscape(id) + "/events?follow=1"
+	if after > 0 {
+		path += "&after=" + strconv.FormatInt(after, 10)
+	}
+	resp, ok := c.do(ctx, path)
+	if !ok {
 		return 1
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	fmt.Fprint(stdout, string(body))
-	if resp.StatusCode != http.StatusOK {
+	screen := render.New(stdout, opt)
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	for sc.Scan() {
+		if mode != "text" {
+			fmt.Fprintln(stdout, sc.Text())
+			continue
+		}
+		var rec wire.Record
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			fmt.Fprintf(c.stderr, "%s: the service sent a bad NDJSON line: %v\n", c.name, err)
+			return 1
+		}
+		screen.Record(rec)
+		if rec.Event != nil && rec.Event.Type == wire.EventDone {
+			// The log has no result records: close each turn here.
+			screen.Result(wire.Result{OK: rec.Event.StopReason != "error", StopReason: rec.Event.StopReason}, 0)
+		}
+	}
+	if err := sc.Err(); err != nil && ctx.Err() == nil {
+		fmt.Fprintf(c.stderr, "%s: %v\n", c.name, err)
 		return 1
 	}
 	return 0

@@ -22,8 +22,11 @@ type Config struct {
 	ConcurrencyLimit int
 	MaxBodyBytes     int64
 	DataDir          string
-	ReplicaID        string
-	LogLevel         string
+	// Workdir is `runner run -workdir`, never read from the environment:
+	// a service must not hand its host's directories to callers.
+	Workdir   string
+	ReplicaID string
+	LogLevel  string
 
 	EnabledProviders []string
 	DefaultProvider  string

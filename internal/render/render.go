@@ -399,15 +399,15 @@ func (r *Renderer) Result(res wire.Result, elapsed time.Duration) {
 		r.showTool(r.held)
 	}
 	r.endThought()
-	if !res.OK && res.Error != "" && res.Error != r.errShown {
-		r.line(r.paint(sgrRed, "✗ ") + oneLine(Clean(res.Error), 0))
-	}
 	stop := res.StopReason
 	if stop == "" {
 		stop = r.stopReason
 	}
-	if !res.OK {
+	if !res.OK && stop != "cancelled" {
 		stop = "failed"
+	}
+	if !res.OK && res.Error != "" && res.Error != r.errShown && res.Error != stop {
+		r.line(r.paint(sgrRed, "✗ ") + oneLine(Clean(res.Error), 0))
 	}
 	parts := []string{oneLine(Clean(stop), 40)}
 	u := res.Usage

@@ -71,6 +71,10 @@ type Config struct {
 	// installed harnesses, which may lie in the data dir that isolated
 	// sandboxes otherwise do not see.
 	Binds []sandbox.Bind
+	// Workdir, if set, is a host directory every harness works in instead
+	// of a fresh workspace (`runner run -workdir`); only providers that
+	// share the runner's filesystem can honour it.
+	Workdir string
 	// SecretRefusal, per provider, refuses requests whose credentials that
 	// provider cannot keep out of its sandboxes, with this message naming
 	// the setting to change. Empty: the provider may see them.

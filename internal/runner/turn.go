@@ -429,6 +429,9 @@ func (t *turn) cold(ctx context.Context, prior []wire.Message) (*live, error) {
 	}
 	if b, ok := prov.(sandbox.Binder); ok && b.CanBind() {
 		spec.Binds = append(t.svc.toolBinds(), t.svc.cfg.Binds...)
+		spec.Workdir = t.svc.cfg.Workdir
+	} else if t.svc.cfg.Workdir != "" {
+		return nil, errdefs.Unprocessablef("a working directory of this machine (runner run -workdir) needs a sandbox provider that shares its filesystem; %s does not", p.provider)
 	}
 	start := time.Now()
 	sb, reopened := t.reopen(ctx, prov, spec)

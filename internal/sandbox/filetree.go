@@ -20,4 +20,9 @@ type FileTree interface {
 
 // AgentDir is where a sandbox keeps the agent's shared folder: beside
 // its working directory.
-func AgentDir(info Info) string { return info.Workdir + "-agent" }
+func AgentDir(info Info) string {
+	if info.AgentDir != "" {
+		return info.AgentDir // a caller's own workdir gets nothing beside it
+	}
+	return info.Workdir + "-agent"
+}

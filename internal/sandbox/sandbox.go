@@ -100,6 +100,9 @@ type Info struct {
 	// HostWorkdir is the working directory as seen from the runner's host,
 	// when the provider shares a filesystem with it; empty otherwise.
 	HostWorkdir string
+	// AgentDir, if set, is the agent's shared folder; empty means beside
+	// Workdir (see AgentDir).
+	AgentDir string
 }
 
 // Spec is what a sandbox is created with.
@@ -114,6 +117,10 @@ type Spec struct {
 	// path (read-only unless Writable), e.g. the runner binary for
 	// `runner mcp-stdio` and the tool relay socket.
 	Binds []Bind
+	// Workdir, if set, is a host directory used as the workspace in place
+	// of a fresh one, bound writable at its own path; the provider never
+	// removes it. Only Binder providers honour it.
+	Workdir string
 	// StateKey, when set, names durable per-session state: the provider
 	// keeps the workspace and $HOME under this key across sandboxes, so a
 	// harness's native transcript outlives its process and sandbox, and

@@ -246,14 +246,29 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandb
 		}
 	}
 
+	if spec.Workdir != "" {
+		if !filepath.IsAbs(spec.Workdir) {
+			return nil, errdefs.Invalidf("sandbox workdir %q: not an absolute path", spec.Workdir)
+		}
+		if st, err := os.Stat(spec.Workdir); err != nil || !st.IsDir() {
+			return nil, errdefs.Invalidf("sandbox workdir %q: not a directory", spec.Workdir)
+		}
+	}
+
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	id := "local-" + hex.EncodeToString(b[:])
 	root := filepath.Join(p.cfg.Dir, id)
-	work, home := filepath.Join(root, "work"), filepath.Join(root, "home")
+	base := root
 	if spec.StateKey != "" {
-		state := p.stateDir(spec.StateKey)
-		work, home = filepath.Join(state, "work"), filepath.Join(state, "home")
+		base = p.stateDir(spec.StateKey)
+	}
+	work, home := filepath.Join(base, "work"), filepath.Join(base, "home")
+	agent := ""
+	if spec.Workdir != "" {
+		// The caller's own directory: never created, chowned or removed
+		// here, and nothing is put beside it.
+		work, agent = spec.Workdir, filepath.Join(base, "work-agent")
 	}
 	sb := &Sandbox{
 		p:    p,
@@ -266,6 +281,7 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandb
 			Workdir:   work,
 			Home:      home,
 			Isolation: p.cfg.Isolation,
+			AgentDir:  agent,
 		},
 		log: p.log.With(logkey.Sandbox, id),
 	}
@@ -274,6 +290,9 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandb
 	sb.info.HostWorkdir = sb.info.Workdir
 	tmp := filepath.Join(root, "tmp")
 	for _, d := range []string{sb.info.Workdir, sandbox.AgentDir(sb.info), sb.info.Home, tmp} {
+		if d == spec.Workdir {
+			continue
+		}
 		err := os.MkdirAll(d, 0o700)
 		if err == nil {
 			err = p.user().ownDir(d, d == tmp)
