@@ -13,51 +13,76 @@ import (
 
 // eventLog writes one turn's events to the store in batches, off the
 // harness's reader goroutine, and is flushed before the turn's result is
-// returned.
+// returned. Events wait in a slice, not a channel: a turn has a handful,
+// and a channel big enough for a streaming harness's bursts would cost
+// every turn its allocation.
 type eventLog struct {
 	st        store.Events
 	sessionID string
 	log       *slog.Logger
-	ch        chan store.Event
+	wake      chan struct{} // a token when pending grew or the log closed
 	done      chan struct{}
 
-	// mu guards err.
-	mu  sync.Mutex
-	err error
+	// mu guards the following.
+	mu      sync.Mutex
+	pending []store.Event
+	closing bool
+	err     error
 }
 
+// maxEventBatch bounds one append transaction.
+const maxEventBatch = 1024
+
 func newEventLog(st store.Events, sessionID string, log *slog.Logger) *eventLog {
-	l := &eventLog{st: st, sessionID: sessionID, log: log, ch: make(chan store.Event, 4096), done: make(chan struct{})}
+	l := &eventLog{st: st, sessionID: sessionID, log: log, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	go l.write()
 	return l
 }
 
-func (l *eventLog) add(e store.Event) { l.ch <- e }
+func (l *eventLog) add(e store.Event) {
+	l.mu.Lock()
+	l.pending = append(l.pending, e)
+	l.mu.Unlock()
+	l.signal()
+}
+
+func (l *eventLog) signal() {
+	select {
+	case l.wake <- struct{}{}:
+	default: // the writer has a token already
+	}
+}
+
+// next takes the next batch; false once the log is closed and drained.
+func (l *eventLog) next(batch []store.Event) ([]store.Event, bool) {
+	for {
+		l.mu.Lock()
+		n := min(len(l.pending), maxEventBatch)
+		batch = append(batch[:0], l.pending[:n]...)
+		l.pending = append(l.pending[:0], l.pending[n:]...)
+		closing := l.closing
+		l.mu.Unlock()
+		if n > 0 {
+			return batch, true
+		}
+		if closing {
+			return nil, false
+		}
+		<-l.wake
+	}
+}
 
 func (l *eventLog) write() {
 	defer close(l.done)
-	batch := make([]store.Event, 0, 1024)
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	for e := range l.ch {
-		batch = append(batch[:0], e)
-		// Group commit: a streaming harness sends events one by one, and a
-		// transaction per event would cap the log at the store's commit
-		// rate. Wait up to a millisecond for more.
-		timer.Reset(time.Millisecond)
-	drain:
-		for len(batch) < cap(batch) {
-			select {
-			case e, ok := <-l.ch:
-				if !ok {
-					break drain
-				}
-				batch = append(batch, e)
-			case <-timer.C:
-				break drain
-			}
+	var batch []store.Event
+	for {
+		// Group commit without a timer: what arrives while one batch
+		// commits goes into the next, so a streaming harness is not held
+		// to one transaction per event, and a quiet one waits for nothing.
+		var ok bool
+		if batch, ok = l.next(batch); !ok {
+			return
 		}
-		timer.Stop()
 		// The log must survive the caller's disconnect: its own context.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		last, err := l.st.AppendEvents(ctx, l.sessionID, batch)
@@ -79,7 +104,10 @@ func (l *eventLog) write() {
 
 // close flushes and waits; it returns the first write error.
 func (l *eventLog) close() error {
-	close(l.ch)
+	l.mu.Lock()
+	l.closing = true
+	l.mu.Unlock()
+	l.signal()
 	<-l.done
 	l.mu.Lock()
 	defer l.mu.Unlock()
