@@ -28,8 +28,10 @@ type Store struct {
 	w *sql.DB // one connection; every write goes through it
 	r *sql.DB // read-only connections
 
-	// The statements of AppendEvents, prepared once on w.
+	// The statements of AppendEvents and the turn ledger, prepared once
+	// on w.
 	bumpSeq, insertEvent *sql.Stmt
+	stmts                struct{ beginSession, insertTurn, endTurn *sql.Stmt }
 
 	appends      chan *appendReq // AppendEvents calls, to the appender
 	appenderDone chan struct{}   // closed when the appender has returned
@@ -93,11 +95,19 @@ func open(ctx context.Context, path string) (_ *Store, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.bumpSeq, err = s.w.PrepareContext(ctx, `UPDATE sessions SET last_seq = last_seq + ? WHERE id = ? RETURNING last_seq`); err != nil {
-		return nil, err
-	}
-	if s.insertEvent, err = s.w.PrepareContext(ctx, `INSERT INTO events (session_id, seq, turn_index, at, event) VALUES (?, ?, ?, ?, ?)`); err != nil {
-		return nil, err
+	for _, st := range []struct {
+		dst   **sql.Stmt
+		query string
+	}{
+		{&s.bumpSeq, `UPDATE sessions SET last_seq = last_seq + ? WHERE id = ? RETURNING last_seq`},
+		{&s.insertEvent, `INSERT INTO events (session_id, seq, turn_index, at, event) VALUES (?, ?, ?, ?, ?)`},
+		{&s.stmts.beginSession, sqlBeginSession},
+		{&s.stmts.insertTurn, sqlInsertTurn},
+		{&s.stmts.endTurn, sqlEndTurn},
+	} {
+		if *st.dst, err = s.w.PrepareContext(ctx, st.query); err != nil {
+			return nil, err
+		}
 	}
 	if s.r, err = sql.Open("sqlite", dsn(abs, append(pragmas, "query_only(1)"))); err != nil {
 		return nil, err

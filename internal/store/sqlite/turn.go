@@ -35,14 +35,11 @@ func (s *Store) BeginTurn(ctx context.Context, t store.Turn) (store.Turn, error)
 	var out store.Turn
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var id string
-		err := tx.QueryRowContext(ctx, `UPDATE sessions
-SET last_turn_index = max(last_turn_index, ?), updated_at = ? WHERE id = ? RETURNING id`,
-			t.Index, nowMS(), t.SessionID).Scan(&id)
+		err := tx.StmtContext(ctx, s.stmts.beginSession).QueryRowContext(ctx, t.Index, nowMS(), t.SessionID).Scan(&id)
 		if err != nil {
 			return notFound(err)
 		}
-		out, err = scanTurn(tx.QueryRowContext(ctx, `INSERT INTO turns (`+turnCols+`)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, 0, 0, 0, '', '', ?) RETURNING `+turnCols,
+		out, err = scanTurn(tx.StmtContext(ctx, s.stmts.insertTurn).QueryRowContext(ctx,
 			t.SessionID, t.Index, t.TurnID, t.Harness, t.AgentSessionID, t.SandboxProvider,
 			t.SandboxID, string(store.TurnRunning), ms(t.StartedAt), t.Owner))
 		if isUnique(err) {
@@ -64,31 +61,47 @@ func (s *Store) EndTurn(ctx context.Context, t store.Turn) (store.Turn, error) {
 	var out store.Turn
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		out, err = scanTurn(tx.QueryRowContext(ctx, `UPDATE turns SET
-	status = ?, ended_at = ?, input_tokens = ?, output_tokens = ?, total_tokens = ?, cost = ?,
-	stop_reason = ?, error = ?, agent_session_id = ?, sandbox_provider = ?, sandbox_id = ?
-WHERE session_id = ? AND turn_index = ? AND status IN ('running', 'paused')
-RETURNING `+turnCols,
-			string(t.Status), ms(t.EndedAt), t.Usage.Input, t.Usage.Output, t.Usage.Total, t.Usage.Cost,
-			t.StopReason, t.Error, t.AgentSessionID, t.SandboxProvider, t.SandboxID,
-			t.SessionID, t.Index))
-		if !errors.Is(err, sql.ErrNoRows) {
-			return err
-		}
-		// Tell a missing turn from one that has already ended.
-		var status string
-		err = tx.QueryRowContext(ctx, `SELECT status FROM turns WHERE session_id = ? AND turn_index = ?`,
-			t.SessionID, t.Index).Scan(&status)
-		if err != nil {
-			return notFound(err)
-		}
-		return fmt.Errorf("already %s: %w", status, errdefs.ErrConflict)
+		out, err = s.endTurn(ctx, tx, t)
+		return err
 	})
 	if err != nil {
 		return store.Turn{}, fmt.Errorf("end turn %s/%d: %w", t.SessionID, t.Index, err)
 	}
 	return out, nil
 }
+
+// endTurn records t's outcome in tx.
+func (s *Store) endTurn(ctx context.Context, tx *sql.Tx, t store.Turn) (store.Turn, error) {
+	out, err := scanTurn(tx.StmtContext(ctx, s.stmts.endTurn).QueryRowContext(ctx,
+		string(t.Status), ms(t.EndedAt), t.Usage.Input, t.Usage.Output, t.Usage.Total, t.Usage.Cost,
+		t.StopReason, t.Error, t.AgentSessionID, t.SandboxProvider, t.SandboxID,
+		t.SessionID, t.Index))
+	if !errors.Is(err, sql.ErrNoRows) {
+		return out, err
+	}
+	// Tell a missing turn from one that has already ended.
+	var status string
+	err = tx.QueryRowContext(ctx, `SELECT status FROM turns WHERE session_id = ? AND turn_index = ?`,
+		t.SessionID, t.Index).Scan(&status)
+	if err != nil {
+		return store.Turn{}, notFound(err)
+	}
+	return store.Turn{}, fmt.Errorf("already %s: %w", status, errdefs.ErrConflict)
+}
+
+// The turn ledger's statements, prepared once on the write connection:
+// parsing the SQL cost more than running it.
+const (
+	sqlBeginSession = `UPDATE sessions
+SET last_turn_index = max(last_turn_index, ?), updated_at = ? WHERE id = ? RETURNING id`
+	sqlInsertTurn = `INSERT INTO turns (` + turnCols + `)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, 0, 0, 0, '', '', ?) RETURNING ` + turnCols
+	sqlEndTurn = `UPDATE turns SET
+	status = ?, ended_at = ?, input_tokens = ?, output_tokens = ?, total_tokens = ?, cost = ?,
+	stop_reason = ?, error = ?, agent_session_id = ?, sandbox_provider = ?, sandbox_id = ?
+WHERE session_id = ? AND turn_index = ? AND status IN ('running', 'paused')
+RETURNING ` + turnCols
+)
 
 // GetTurn implements store.Turns.
 func (s *Store) GetTurn(ctx context.Context, sessionID string, index int) (store.Turn, error) {
