@@ -70,6 +70,18 @@ type Events interface {
 	ReadEvents(ctx context.Context, sessionID string, after int64, limit int) ([]Event, error)
 }
 
+// TurnWriter is an optional ability of a Store: ending a turn in one
+// commit. A turn's last events and its outcome are written together.
+type TurnWriter interface {
+	// EndTurnWithEvents appends evs to the session's log as AppendEvents
+	// does and records the outcome t as EndTurn does, in one transaction.
+	// The events are written even when the outcome is refused (the first
+	// outcome stands: ErrConflict, or ErrNotFound for a missing turn). It
+	// returns the stored turn and the session's last sequence number; a
+	// failed write leaves neither written.
+	EndTurnWithEvents(ctx context.Context, t Turn, evs []Event) (Turn, int64, error)
+}
+
 // Sandboxes records the sandboxes the runner created, so that a restarted
 // runner can find, reuse or reap them.
 type Sandboxes interface {

@@ -24,6 +24,12 @@ type appendReq struct {
 	last    int64
 	err     error
 	done    chan struct{}
+
+	// end, when set, is the outcome recorded in the same transaction
+	// (EndTurnWithEvents): ended and endErr are its result.
+	end    *store.Turn
+	ended  store.Turn
+	endErr error
 }
 
 // AppendEvents implements store.Events. Calls are committed by one
@@ -32,26 +38,61 @@ type appendReq struct {
 // commit. The sequence numbers come from the session row, bumped in the
 // transaction that inserts the events, so they are gapless.
 func (s *Store) AppendEvents(ctx context.Context, sessionID string, evs []store.Event) (int64, error) {
+	req, err := newAppendReq(ctx, sessionID, evs)
+	if err != nil {
+		return 0, err
+	}
+	return req.last, s.appendAndWait(req)
+}
+
+// EndTurnWithEvents implements store.TurnWriter: the request goes through
+// the appender like AppendEvents, so it shares its commit with the
+// appends of other sessions.
+func (s *Store) EndTurnWithEvents(ctx context.Context, t store.Turn, evs []store.Event) (store.Turn, int64, error) {
+	if err := t.ValidateEnd(); err != nil {
+		return store.Turn{}, 0, err
+	}
+	req, err := newAppendReq(ctx, t.SessionID, evs)
+	if err != nil {
+		return store.Turn{}, 0, err
+	}
+	req.end = &t
+	if err := s.appendAndWait(req); err != nil {
+		return store.Turn{}, 0, err
+	}
+	if req.endErr != nil {
+		return store.Turn{}, req.last, fmt.Errorf("end turn %s/%d: %w", t.SessionID, t.Index, req.endErr)
+	}
+	return req.ended, req.last, nil
+}
+
+func newAppendReq(ctx context.Context, sessionID string, evs []store.Event) (*appendReq, error) {
 	req := &appendReq{ctx: ctx, session: sessionID, evs: evs, data: make([]string, len(evs)), done: make(chan struct{})}
 	for i := range evs {
 		b, err := json.Marshal(evs[i].Event)
 		if err != nil {
-			return 0, fmt.Errorf("append events %s: %w", sessionID, err)
+			return nil, fmt.Errorf("append events %s: %w", sessionID, err)
 		}
 		req.data[i] = string(b)
 	}
+	return req, nil
+}
+
+// appendAndWait hands req to the appender and waits for its commit.
+func (s *Store) appendAndWait(req *appendReq) error {
+	ctx, sessionID := req.ctx, req.session
 	select {
 	case s.appends <- req:
 	case <-ctx.Done():
-		return 0, fmt.Errorf("append events %s: %w", sessionID, ctx.Err())
+		return fmt.Errorf("append events %s: %w", sessionID, ctx.Err())
 	case <-s.closed:
-		return 0, fmt.Errorf("append events %s: store closed: %w", sessionID, errdefs.ErrUnavailable)
+		return fmt.Errorf("append events %s: store closed: %w", sessionID, errdefs.ErrUnavailable)
 	}
 	<-req.done // once taken, a request is committed or failed, whatever ctx does
 	if req.err != nil {
-		return 0, fmt.Errorf("append events %s: %w", sessionID, req.err)
+		return fmt.Errorf("append events %s: %w", sessionID, req.err)
 	}
-	return req.last, nil
+	return nil
 }
 
 // appender commits AppendEvents calls until the store closes.
@@ -93,6 +134,13 @@ func (s *Store) commitGroup(group []*appendReq) {
 			if req.err = req.ctx.Err(); req.err != nil {
 				continue
 			}
+			if req.end != nil {
+				// The outcome first: a missing session fails here alone.
+				req.ended, req.endErr = s.endTurn(context.Background(), tx, *req.end)
+				if req.endErr != nil && !errors.Is(req.endErr, errdefs.ErrConflict) && !errors.Is(req.endErr, errdefs.ErrNotFound) {
+					return req.endErr
+				}
+			}
 			err := bump.QueryRow(len(req.evs), req.session).Scan(&req.last)
 			if errors.Is(err, sql.ErrNoRows) {
 				req.err = errdefs.ErrNotFound // nothing was written
@@ -114,6 +162,7 @@ func (s *Store) commitGroup(group []*appendReq) {
 	if err != nil {
 		for _, req := range group {
 			req.last, req.err = 0, err
+			req.ended, req.endErr = store.Turn{}, nil
 		}
 	}
 }

@@ -21,6 +21,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"SessionList", testSessionList},
 		{"Turns", testTurns},
 		{"EndTurn", testEndTurn},
+		{"TurnWriter", testTurnWriter},
 		{"InterruptTurns", testInterruptTurns},
 		{"BeginTurnRace", testBeginTurnRace},
 		{"Events", testEvents},
