@@ -2,10 +2,12 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/store"
 	"github.com/agentrunner/runner/internal/wire"
@@ -17,7 +19,7 @@ import (
 // and a channel big enough for a streaming harness's bursts would cost
 // every turn its allocation.
 type eventLog struct {
-	st        store.Events
+	st        ledger
 	sessionID string
 	log       *slog.Logger
 	wake      chan struct{} // a token when pending grew or the log closed
@@ -27,13 +29,21 @@ type eventLog struct {
 	mu      sync.Mutex
 	pending []store.Event
 	closing bool
-	err     error
+	end     *store.Turn // the outcome committed with the last batch
+	err     error       // the first write error
+	endErr  error       // recording end failed
+}
+
+// ledger is what the event log writes to.
+type ledger interface {
+	store.Events
+	store.Turns
 }
 
 // maxEventBatch bounds one append transaction.
 const maxEventBatch = 1024
 
-func newEventLog(st store.Events, sessionID string, log *slog.Logger) *eventLog {
+func newEventLog(st ledger, sessionID string, log *slog.Logger) *eventLog {
 	l := &eventLog{st: st, sessionID: sessionID, log: log, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	go l.write()
 	return l
@@ -53,20 +63,25 @@ func (l *eventLog) signal() {
 	}
 }
 
-// next takes the next batch; false once the log is closed and drained.
-func (l *eventLog) next(batch []store.Event) ([]store.Event, bool) {
+// next takes the next batch, and the outcome to commit with it when it
+// is the last; false once the log is closed and drained.
+func (l *eventLog) next(batch []store.Event) ([]store.Event, *store.Turn, bool) {
 	for {
 		l.mu.Lock()
 		n := min(len(l.pending), maxEventBatch)
 		batch = append(batch[:0], l.pending[:n]...)
 		l.pending = append(l.pending[:0], l.pending[n:]...)
+		var end *store.Turn
+		if l.closing && len(l.pending) == 0 {
+			end, l.end = l.end, nil
+		}
 		closing := l.closing
 		l.mu.Unlock()
-		if n > 0 {
-			return batch, true
+		if n > 0 || end != nil {
+			return batch, end, true
 		}
 		if closing {
-			return nil, false
+			return nil, nil, false
 		}
 		<-l.wake
 	}
@@ -80,12 +95,13 @@ func (l *eventLog) write() {
 		// commits goes into the next, so a streaming harness is not held
 		// to one transaction per event, and a quiet one waits for nothing.
 		var ok bool
-		if batch, ok = l.next(batch); !ok {
+		var end *store.Turn
+		if batch, end, ok = l.next(batch); !ok {
 			return
 		}
 		// The log must survive the caller's disconnect: its own context.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		last, err := l.st.AppendEvents(ctx, l.sessionID, batch)
+		last, err := l.commit(ctx, batch, end)
 		cancel()
 		if err != nil {
 			l.mu.Lock()
@@ -96,22 +112,79 @@ func (l *eventLog) write() {
 			l.log.Error("event log append failed", logkey.Error, err, "events", len(batch))
 			continue
 		}
+		if len(batch) == 0 {
+			continue
+		}
 		if want := batch[len(batch)-1].Seq; want != 0 && want != last {
 			l.log.Warn("event log sequence drift", "want", want, "got", last)
 		}
 	}
 }
 
-// close flushes and waits; it returns the first write error.
-func (l *eventLog) close() error {
+// commit writes batch, and end with it when set: in one transaction when
+// the store can (a turn's end costs one commit), else the outcome first.
+func (l *eventLog) commit(ctx context.Context, batch []store.Event, end *store.Turn) (int64, error) {
+	if end == nil {
+		return l.st.AppendEvents(ctx, l.sessionID, batch)
+	}
+	var last int64
+	var err error
+	if tw, ok := l.st.(store.TurnWriter); ok {
+		_, last, err = tw.EndTurnWithEvents(ctx, *end, batch)
+		if err != nil {
+			l.mu.Lock()
+			l.endErr = err
+			l.mu.Unlock()
+		}
+		if errors.Is(err, errdefs.ErrConflict) {
+			err = nil // the events are written; the first outcome stands
+		}
+		return last, err
+	}
+	if _, err := l.st.EndTurn(ctx, *end); err != nil {
+		l.mu.Lock()
+		l.endErr = err
+		l.mu.Unlock()
+	}
+	return l.st.AppendEvents(ctx, l.sessionID, batch)
+}
+
+// finish logs last, the turn's final event, commits it with the outcome
+// end (nil for none), flushes and waits. It returns the error recording
+// end and the first write error of the log.
+func (l *eventLog) finish(last store.Event, end *store.Turn) (endErr, err error) {
 	l.mu.Lock()
+	l.pending = append(l.pending, last)
 	l.closing = true
+	l.end = end
 	l.mu.Unlock()
 	l.signal()
 	<-l.done
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.err
+	return l.endErr, l.err
+}
+
+// finish ends the turn's event log with done, committed together with the
+// outcome end, and only then publishes done to followers and the caller:
+// whoever sees done can read the outcome.
+func (t *turn) finish(done wire.Event, end *store.Turn) error {
+	t.mu.Lock()
+	t.seq++
+	seq := t.seq
+	t.events = append(t.events, done)
+	t.mu.Unlock()
+	endErr, err := t.evlog.finish(store.Event{Seq: seq, TurnIndex: t.index, Time: time.Now(), Event: done}, end)
+	if endErr != nil {
+		t.log.Error("record turn outcome", logkey.Error, endErr)
+	}
+	t.mu.Lock()
+	t.hub.publish(wire.Record{Kind: wire.RecordEvent, Seq: seq, Event: &done})
+	t.mu.Unlock()
+	if t.sink != nil {
+		t.sink(seq, done)
+	}
+	return err
 }
 
 // hub fans a session's live events out to followers.

@@ -546,6 +546,7 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 	if err == nil && out.Usage != nil {
 		t.emit(wire.UsageEvent(*out.Usage))
 	}
+	var outcome *store.Turn
 	if t.key != "" && t.index >= 0 {
 		rec := store.Turn{SessionID: t.plan.req.SessionID, Index: t.index, Status: status, EndedAt: time.Now(), StopReason: out.StopReason}
 		if out.Usage != nil {
@@ -563,9 +564,7 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 				sessRec.AgentSessionID = lv.sess.ID()
 			}
 		}
-		if _, e := t.svc.store.EndTurn(ctx, rec); e != nil {
-			t.log.Error("record turn outcome", logkey.Error, e)
-		}
+		outcome = &rec
 		stored := t.begun
 		stored.LastTurnIndex = t.index
 		if sessRec.SandboxID != t.begun.SandboxID || sessRec.AgentSessionID != t.begun.AgentSessionID || sessRec.Harness != t.begun.Harness || sessRec.SandboxProvider != t.begun.SandboxProvider {
@@ -578,12 +577,24 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 		}
 		t.stored = &stored
 	}
-	// done comes after the ledger: whoever sees it can read the outcome.
 	stop := out.StopReason
 	if err != nil && stop != agent.StopCancelled {
 		stop = "error"
 	}
-	t.emit(wire.Event{Type: wire.EventDone, StopReason: stop, TraceID: t.traceID()})
+	done := wire.Event{Type: wire.EventDone, StopReason: stop, TraceID: t.traceID()}
+	if t.evlog != nil {
+		// The outcome and done in one commit; done reaches anyone only
+		// after it.
+		if werr := t.finish(done, outcome); werr != nil {
+			t.svc.forgetHold(t.plan.req.SessionID) // the log's last seq is unknown
+			t.log.Error("event log incomplete for this turn", logkey.Error, werr)
+		}
+		if t.stored != nil {
+			t.stored.LastSeq = t.lastSeq()
+		}
+	} else {
+		t.emit(done)
+	}
 	if t.observers != nil {
 		end := TurnEnd{StopReason: stop, Usage: out.Usage, Err: err, Model: t.plan.req.Model}
 		if lv != nil {
@@ -593,15 +604,6 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 			}
 		}
 		t.observeEnd(end)
-	}
-	if t.evlog != nil {
-		if werr := t.evlog.close(); werr != nil {
-			t.svc.forgetHold(t.plan.req.SessionID) // the log's last seq is unknown
-			t.log.Error("event log incomplete for this turn", logkey.Error, werr)
-		}
-		if t.stored != nil {
-			t.stored.LastSeq = t.lastSeq()
-		}
 	}
 	if t.tools != nil {
 		t.tools.Close()

@@ -1,0 +1,91 @@
+package runner_test
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/agentrunner/runner/internal/sandbox"
+	"github.com/agentrunner/runner/internal/sandbox/local"
+	"github.com/agentrunner/runner/internal/store"
+	"github.com/agentrunner/runner/internal/store/sqlite"
+	"github.com/agentrunner/runner/internal/wire"
+)
+
+// countingStore records how a turn's end reaches the store.
+type countingStore struct {
+	*sqlite.Store
+	mu       sync.Mutex
+	endTurns int            // EndTurn calls
+	ends     [][]wire.Event // the events of each EndTurnWithEvents call
+	outcomes []store.TurnStatus
+}
+
+func (c *countingStore) EndTurn(ctx context.Context, t store.Turn) (store.Turn, error) {
+	c.mu.Lock()
+	c.endTurns++
+	c.mu.Unlock()
+	return c.Store.EndTurn(ctx, t)
+}
+
+func (c *countingStore) EndTurnWithEvents(ctx context.Context, t store.Turn, evs []store.Event) (store.Turn, int64, error) {
+	var types []wire.Event
+	for _, e := range evs {
+		types = append(types, e.Event)
+	}
+	got, last, err := c.Store.EndTurnWithEvents(ctx, t, evs)
+	c.mu.Lock() // counted once committed
+	c.ends = append(c.ends, types)
+	c.outcomes = append(c.outcomes, t.Status)
+	c.mu.Unlock()
+	return got, last, err
+}
+
+// TestTurnEndsInOneCommit: with a store that can, a session turn's
+// outcome and its last events, done among them, are committed together
+// (one transaction instead of EndTurn and another append), and done
+// reaches the caller only after that commit.
+func TestTurnEndsInOneCommit(t *testing.T) {
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "runner.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	cs := &countingStore{Store: st}
+	p, err := local.New(local.Config{Dir: filepath.Join(t.TempDir(), "sandboxes"), Isolation: "none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvWithStore(t, []sandbox.Provider{p}, cs)
+	var committedAtDone []int
+	for i, msgs := range [][]string{{"say one"}, {"say one", "one", "say two"}} {
+		res, err := e.svc.Run(t.Context(), req{session: "s", messages: msgs}.wire(), func(seq int64, ev wire.Event) {
+			if ev.Type == wire.EventDone {
+				cs.mu.Lock()
+				committedAtDone = append(committedAtDone, len(cs.ends))
+				cs.mu.Unlock()
+			}
+		})
+		if err != nil || !res.OK {
+			t.Fatalf("turn %d: %+v %v", i, res, err)
+		}
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.endTurns != 0 || len(cs.ends) != 2 {
+		t.Fatalf("EndTurn called %d times, EndTurnWithEvents %d times; want 0 and 2", cs.endTurns, len(cs.ends))
+	}
+	for i, evs := range cs.ends {
+		if len(evs) == 0 || evs[len(evs)-1].Type != wire.EventDone || cs.outcomes[i] != store.TurnCompleted {
+			t.Fatalf("end %d: outcome %s with events %+v; want completed with done last", i, cs.outcomes[i], evs)
+		}
+	}
+	if len(committedAtDone) != 2 || committedAtDone[0] != 1 || committedAtDone[1] != 2 {
+		t.Fatalf("commits seen when done arrived: %v, want [1 2]", committedAtDone)
+	}
+	turns, err := st.ListTurns(t.Context(), "s")
+	if err != nil || len(turns) != 2 || turns[1].Status != store.TurnCompleted {
+		t.Fatalf("ledger: %+v %v", turns, err)
+	}
+}
