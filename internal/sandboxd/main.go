@@ -40,16 +40,17 @@ const DefaultPort = 2468
 // session of its own, output to <state-dir>/sandboxd.log), waits until
 // that copy listens, and exits 0, or 1 with the copy's log. That makes a
 // synchronous remote exec (the Daytona toolbox's) a start-and-wait-until-
-// ready in one call. The daemon replaces an earlier one recorded in
-// <state-dir>/sandboxd.pid, so starting it again after a version change or
-// a runner restart needs no separate stop.
+// ready in one call. The daemon holds an flock on <state-dir>/sandboxd.lock
+// and replaces the daemon holding it, so starting it again after a version
+// change or a runner restart needs no separate stop; a daemon from before
+// a sandbox restart left no lock, so no stranger is ever signalled.
 func Main(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sandboxd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "0.0.0.0:"+strconv.Itoa(DefaultPort), "TCP address of the HTTP API")
 	tokenFile := fs.String("token-file", "", "file holding the token (default $"+TokenEnv+")")
 	version := fs.String("runner-version", "", "version reported by /v1/health")
-	stateDir := fs.String("state-dir", "", "directory for the pid file, log and socket (default $HOME/.runner-sandboxd)")
+	stateDir := fs.String("state-dir", "", "directory for the lock, log and socket (default $HOME/.runner-sandboxd)")
 	workdir := fs.String("workdir", "", "default working directory of processes (default the current directory)")
 	detach := fs.Bool("detach", false, "start in the background and exit once it listens")
 	readyFD := fs.Int("ready-fd", 0, "internal: file descriptor to report readiness on")
@@ -102,8 +103,11 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 		return fail(fmt.Errorf("no token: set $%s or --token-file", TokenEnv))
 	}
 
-	pidFile := filepath.Join(*stateDir, "sandboxd.pid")
-	replace(ctx, pidFile, logger)
+	lock, err := acquireLock(ctx, filepath.Join(*stateDir, "sandboxd.lock"), logger)
+	if err != nil {
+		return fail(err)
+	}
+	defer lock.release()
 	ln, err := listenRetry(ctx, "tcp", *listen)
 	if err != nil {
 		return fail(err)
@@ -116,11 +120,6 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 		return fail(err)
 	}
 	_ = os.Chmod(sock, 0o600)
-	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
-		ln.Close()
-		uln.Close()
-		return fail(err)
-	}
 	// The bound address, for hosts that let the daemon pick its port
 	// (--listen 127.0.0.1:0): the test fake proxies to it.
 	addrFile := filepath.Join(*stateDir, "sandboxd.addr")
@@ -161,11 +160,9 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	for range 2 - btoi(serveErr != nil) {
 		<-errc
 	}
+	// Still under the lock: these are ours, not a successor's.
 	_ = os.Remove(sock)
-	if b, err := os.ReadFile(pidFile); err == nil && string(b) == strconv.Itoa(os.Getpid()) {
-		_ = os.Remove(pidFile)
-		_ = os.Remove(addrFile)
-	}
+	_ = os.Remove(addrFile)
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return fail(serveErr)
 	}
@@ -189,49 +186,6 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
-}
-
-// replace stops the daemon recorded in pidFile, if it is another live
-// process, so that its port is free.
-func replace(ctx context.Context, pidFile string, logger *slog.Logger) {
-	b, err := os.ReadFile(pidFile)
-	if err != nil {
-		return
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 1 || pid == os.Getpid() {
-		return
-	}
-	if syscall.Kill(pid, syscall.SIGTERM) != nil {
-		return // gone already
-	}
-	logger.Info("replacing earlier daemon", "pid", pid)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.Now().Add(5 * time.Second)
-	for alive(pid) {
-		if time.Now().After(deadline) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-			return
-		}
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			return
-		}
-	}
-}
-
-// alive reports whether pid runs. A zombie does not count: the daemon we
-// replace was orphaned, and not every init reaps orphans promptly.
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return syscall.Kill(pid, 0) == nil // no procfs: trust the signal probe
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
 
 // listenRetry listens on addr, retrying for a few seconds while the port

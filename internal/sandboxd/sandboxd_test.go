@@ -462,6 +462,49 @@ func TestMainNeedsToken(t *testing.T) {
 func TestMainServes(t *testing.T) {
 	t.Parallel()
 	home := shortTempDir(t)
+	d := startMain(t, home)
+	c := NewClient(ClientConfig{BaseURL: "http://" + d.addr, Token: testToken, Sleep: noSleep})
+	h, err := c.Health(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Version != "v9" || h.Home != home || h.Socket == "" {
+		t.Errorf("health = %+v", h)
+	}
+	lockFile := filepath.Join(home, ".runner-sandboxd", "sandboxd.lock")
+	if lockable(t, lockFile) {
+		t.Errorf("the lock on %s is not held while the daemon serves", lockFile)
+	}
+	if got := d.stop(); got != 0 {
+		t.Errorf("Main = %d after cancel, want 0; stderr:\n%s", got, d.stderr.String())
+	}
+	if !lockable(t, lockFile) {
+		t.Errorf("the lock on %s is still held after the daemon ended", lockFile)
+	}
+	if _, err := os.Stat(filepath.Join(home, ".runner-sandboxd", "sandboxd.addr")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("addr file left behind: %v", err)
+	}
+}
+
+// daemon is a Main running in this process.
+type daemon struct {
+	addr   string
+	stderr *syncBuffer
+	cancel context.CancelFunc
+	code   chan int
+	once   sync.Once
+	exit   int
+}
+
+// stop ends Main and returns its exit code; it may be called again.
+func (d *daemon) stop() int {
+	d.once.Do(func() { d.cancel(); d.exit = <-d.code })
+	return d.exit
+}
+
+// startMain runs Main with HOME=home until it reports readiness.
+func startMain(t *testing.T, home string) *daemon {
+	t.Helper()
 	env := map[string]string{"HOME": home, TokenEnv: testToken, ListenEnv: "127.0.0.1:0"}
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -474,40 +517,55 @@ func TestMainServes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	var stderr bytes.Buffer
-	code := make(chan int, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &daemon{stderr: &syncBuffer{}, cancel: cancel, code: make(chan int, 1)}
 	go func() {
-		code <- Main(ctx, []string{"--runner-version", "v9", fmt.Sprintf("--ready-fd=%d", fd)},
-			func(k string) string { return env[k] }, io.Discard, &stderr)
+		d.code <- Main(ctx, []string{"--runner-version", "v9", fmt.Sprintf("--ready-fd=%d", fd)},
+			func(k string) string { return env[k] }, io.Discard, d.stderr)
 	}()
 	line, err := bufio.NewReader(r).ReadString('\n')
 	if err != nil || !strings.HasPrefix(line, "ready ") {
 		cancel()
-		t.Fatalf("readiness line %q, %v; exit %d; stderr:\n%s", line, err, <-code, stderr.String())
+		t.Fatalf("readiness line %q, %v; exit %d; stderr:\n%s", line, err, <-d.code, d.stderr.String())
 	}
+	t.Cleanup(func() { d.stop() })
 	addr, err := os.ReadFile(filepath.Join(home, ".runner-sandboxd", "sandboxd.addr"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := NewClient(ClientConfig{BaseURL: "http://" + string(addr), Token: testToken, Sleep: noSleep})
-	h, err := c.Health(ctx)
+	d.addr = string(addr)
+	return d
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// lockable reports whether an flock on path can be taken now (and drops it).
+func lockable(t *testing.T, path string) bool {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.Version != "v9" || h.Home != home || h.Socket == "" {
-		t.Errorf("health = %+v", h)
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return false
 	}
-	pidFile := filepath.Join(home, ".runner-sandboxd", "sandboxd.pid")
-	if _, err := os.Stat(pidFile); err != nil {
-		t.Errorf("no pid file: %v", err)
-	}
-	cancel()
-	if got := <-code; got != 0 {
-		t.Errorf("Main = %d after cancel, want 0; stderr:\n%s", got, stderr.String())
-	}
-	if _, err := os.Stat(pidFile); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("pid file left behind: %v", err)
-	}
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return true
 }

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -383,16 +382,19 @@ func TestOpenRestartsDaemon(t *testing.T) {
 	t.Parallel()
 	fake := daytonatest.New(t, daytonatest.Options{})
 	sb := create(t, newProvider(t, fake, nil), sandbox.Spec{})
-	st, _ := fake.Sandbox(sb.Info().ID)
 
 	// The daemon died (OOM, a stray kill) while the sandbox kept running.
-	b, err := os.ReadFile(filepath.Join(st.Root, "home", ".runner-sandboxd", "sandboxd.pid"))
-	if err != nil {
-		t.Fatal(err)
+	killed := 0
+	for _, p := range fake.Processes(sb.Info().ID) {
+		if strings.Contains(p.Args, " sandboxd ") {
+			if err := syscall.Kill(p.HostPID, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			killed++
+		}
 	}
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+	if killed != 1 {
+		t.Fatalf("killed %d daemons, want 1; processes: %+v", killed, fake.Processes(sb.Info().ID))
 	}
 	fake.ResetCalls()
 	sb2, err := newProvider(t, fake, nil).Open(t.Context(), sb.Info().ID, sandbox.Spec{})

@@ -252,11 +252,11 @@ func (s *Server) stop(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ok := s.transition(w, r, b, []string{"started"}, "stopping", "stopped")
-	root, sb := b.root, b.sb
+	sb := b.sb
 	s.mu.Unlock()
 	if ok {
 		// A stopped sandbox runs nothing: its processes end with the stop.
-		stopProcesses(root)
+		s.halt(b)
 		s.dropAll(sb.ID)
 		writeJSON(w, http.StatusOK, sb)
 	}
@@ -291,10 +291,16 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		return
 	}
+	if b.next != "" {
+		// As Daytona: no delete while a transition is under way.
+		s.mu.Unlock()
+		apiError(w, r, http.StatusConflict, "Sandbox state change in progress")
+		return
+	}
 	b.sb.State, b.next, b.polls, b.sb.DesiredState = "destroying", "destroyed", s.opts.TransitionPolls, "destroyed"
-	root, sb := b.root, b.sb
+	sb := b.sb
 	s.mu.Unlock()
-	stopProcesses(root)
+	s.halt(b)
 	s.dropAll(sb.ID)
 	writeJSON(w, http.StatusOK, sb)
 }

@@ -11,10 +11,15 @@
 // Dockerfile is recorded, not built).
 // Every call is recorded for tests to count; latency can be injected.
 //
-// Sandboxes share the host: a sandbox's "filesystem" is its temp dir, and
-// its processes get HOME there and RUNNER_SANDBOXD_LISTEN=127.0.0.1:0, so
-// each daemon picks a free port; the preview URL of the daemon port points
-// at the address the daemon records in its state dir.
+// Sandboxes share the host's network and files: a sandbox's "filesystem"
+// is its temp dir (toolbox file operations cannot leave it, symlinks
+// included), and its processes get HOME there and
+// RUNNER_SANDBOXD_LISTEN=127.0.0.1:0, so each daemon picks a free port;
+// the preview URL of the daemon port points at the address the daemon
+// records in its state dir. Processes do not share the host's pids: every
+// start of a sandbox is a fresh pid namespace (see boot), ended by stop,
+// delete or Close. That needs unshare(1) and nsenter(1) (util-linux) and
+// root or unprivileged user namespaces; New skips the test without them.
 package daytonatest
 
 import (
@@ -112,6 +117,8 @@ type box struct {
 	sessions map[string]map[string]*command
 	proxied  map[int]context.CancelFunc // live preview requests
 	nproxied int
+	boot     *boot // the running boot; nil before the first process
+	taken    []int // pids in use when the last boot ended
 }
 
 type command struct {
@@ -153,6 +160,9 @@ type sandboxJSON struct {
 // when the test ends.
 func New(tb testing.TB, opts Options) *Server {
 	tb.Helper()
+	if err := probeNamespaces(); err != nil {
+		tb.Skipf("daytonatest needs pid namespaces (unshare, nsenter; root or user namespaces): %v", err)
+	}
 	if opts.APIKey == "" {
 		opts.APIKey = "test-key"
 	}
@@ -221,16 +231,16 @@ func (s *Server) Close() {
 	s.cancel()
 	s.wg.Wait()
 	s.mu.Lock()
-	var roots []string
+	var boxes []*box
 	for _, b := range s.sandboxes {
-		roots = append(roots, b.root)
+		boxes = append(boxes, b)
 		for _, c := range b.proxied {
 			c()
 		}
 	}
 	s.mu.Unlock()
-	for _, r := range roots {
-		stopProcesses(r)
+	for _, b := range boxes {
+		s.halt(b)
 	}
 	s.hs.CloseClientConnections()
 	s.hs.Close()
@@ -311,9 +321,15 @@ func (s *Server) Remove(id string) {
 	s.mu.Lock()
 	b := s.sandboxes[id]
 	delete(s.sandboxes, id)
+	if b != nil {
+		for k, c := range b.proxied {
+			c()
+			delete(b.proxied, k)
+		}
+	}
 	s.mu.Unlock()
 	if b != nil {
-		stopProcesses(b.root)
+		s.halt(b)
 	}
 }
 

@@ -7,10 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
-	"time"
 )
 
 // proxy serves a signed preview URL: /preview/{token}/… goes to the
@@ -70,42 +67,4 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		},
 	}
 	rp.ServeHTTP(w, r.WithContext(ctx))
-}
-
-// stopProcesses ends the daemon of the sandbox at root (found by its pid
-// file), as stopping a real sandbox would. SIGTERM first, so the daemon
-// takes its own children down with it.
-func stopProcesses(root string) {
-	b, err := os.ReadFile(filepath.Join(root, "home", ".runner-sandboxd", "sandboxd.pid"))
-	if err != nil {
-		return
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 1 {
-		return
-	}
-	if syscall.Kill(pid, syscall.SIGTERM) != nil {
-		return
-	}
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.Now().Add(5 * time.Second)
-	for alive(pid) {
-		if time.Now().After(deadline) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-			return
-		}
-		<-tick.C
-	}
-}
-
-// alive reports whether pid runs; a zombie does not count.
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }

@@ -51,19 +51,46 @@ func (s *Server) toolboxRoot(w http.ResponseWriter, r *http.Request) (string, bo
 }
 
 // sandboxPath checks that a toolbox path lies in the sandbox's directory,
-// which is all of the sandbox's filesystem the fake lets it touch.
-func sandboxPath(w http.ResponseWriter, r *http.Request, root string) (string, bool) {
+// which is all of the sandbox's filesystem the fake lets it touch, and
+// returns the sandbox directory opened as an os.Root with the path
+// relative to it. Every file operation goes through that Root, so a
+// symlink a sandbox process planted (home/x -> /etc/passwd) cannot lead
+// a toolbox write out to the host.
+func sandboxPath(w http.ResponseWriter, r *http.Request, root string) (*os.Root, string, bool) {
 	p := r.URL.Query().Get("path")
 	if p == "" {
 		apiError(w, r, http.StatusBadRequest, "path is required")
-		return "", false
+		return nil, "", false
 	}
 	p = filepath.Clean(p)
 	if p != root && !strings.HasPrefix(p, root+"/") {
 		apiError(w, r, http.StatusBadRequest, fmt.Sprintf("path %s is outside the sandbox", p))
-		return "", false
+		return nil, "", false
 	}
-	return p, true
+	rel, err := filepath.Rel(root, p)
+	if err != nil {
+		apiError(w, r, http.StatusBadRequest, err.Error())
+		return nil, "", false
+	}
+	fs, err := os.OpenRoot(root)
+	if err != nil {
+		apiError(w, r, http.StatusInternalServerError, err.Error())
+		return nil, "", false
+	}
+	return fs, rel, true
+}
+
+// fsError answers a file operation's error: one that would leave the
+// sandbox is a 400 naming the path, anything else status.
+func fsError(w http.ResponseWriter, r *http.Request, status int, msg string, err error) {
+	if strings.Contains(err.Error(), "path escapes from parent") {
+		apiError(w, r, http.StatusBadRequest, fmt.Sprintf("path %s is outside the sandbox", r.URL.Query().Get("path")))
+		return
+	}
+	if msg == "" {
+		msg = err.Error()
+	}
+	apiError(w, r, status, msg)
 }
 
 func (s *Server) fileInfo(w http.ResponseWriter, r *http.Request) {
@@ -71,13 +98,14 @@ func (s *Server) fileInfo(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	p, ok := sandboxPath(w, r, root)
+	fs, p, ok := sandboxPath(w, r, root)
 	if !ok {
 		return
 	}
-	fi, err := os.Stat(p)
+	defer fs.Close()
+	fi, err := fs.Stat(p)
 	if err != nil {
-		apiError(w, r, http.StatusNotFound, "file not found")
+		fsError(w, r, http.StatusNotFound, "file not found", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
@@ -92,13 +120,14 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	p, ok := sandboxPath(w, r, root)
+	fs, p, ok := sandboxPath(w, r, root)
 	if !ok {
 		return
 	}
-	f, err := os.Open(p)
+	defer fs.Close()
+	f, err := fs.Open(p)
 	if err != nil {
-		apiError(w, r, http.StatusNotFound, "file not found")
+		fsError(w, r, http.StatusNotFound, "file not found", err)
 		return
 	}
 	defer f.Close()
@@ -111,21 +140,22 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	p, ok := sandboxPath(w, r, root)
+	fs, p, ok := sandboxPath(w, r, root)
 	if !ok {
 		return
 	}
+	defer fs.Close()
 	f, _, err := r.FormFile("file")
 	if err != nil {
 		apiError(w, r, http.StatusBadRequest, "file: "+err.Error())
 		return
 	}
 	defer f.Close()
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		apiError(w, r, http.StatusBadRequest, err.Error())
+	if err := fs.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		fsError(w, r, http.StatusBadRequest, "", err)
 		return
 	}
-	out, err := os.Create(p)
+	out, err := fs.Create(p)
 	if err == nil {
 		_, err = io.Copy(out, f)
 		if cerr := out.Close(); err == nil {
@@ -133,7 +163,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err != nil {
-		apiError(w, r, http.StatusBadRequest, err.Error())
+		fsError(w, r, http.StatusBadRequest, "", err)
 		return
 	}
 	w.WriteHeader(http.StatusOK)
@@ -144,16 +174,17 @@ func (s *Server) folder(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	p, ok := sandboxPath(w, r, root)
+	fs, p, ok := sandboxPath(w, r, root)
 	if !ok {
 		return
 	}
+	defer fs.Close()
 	mode, err := strconv.ParseUint(r.URL.Query().Get("mode"), 8, 32)
 	if err != nil {
 		mode = 0o755
 	}
-	if err := os.MkdirAll(p, os.FileMode(mode)); err != nil {
-		apiError(w, r, http.StatusBadRequest, err.Error())
+	if err := fs.MkdirAll(p, os.FileMode(mode)); err != nil {
+		fsError(w, r, http.StatusBadRequest, "", err)
 		return
 	}
 	w.WriteHeader(http.StatusCreated)
@@ -198,17 +229,20 @@ func (s *Server) environ(b *box) []string {
 func (s *Server) run(ctx context.Context, b *box, command string, timeout time.Duration) (stdout, stderr string, code int) {
 	s.mu.Lock()
 	env, dir := s.environ(b), filepath.Join(b.root, "home")
+	bt, err := s.bootOf(b)
 	s.mu.Unlock()
+	if err != nil {
+		return "", err.Error(), -1
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "sh", "-c", command)
-	cmd.Env, cmd.Dir = env, dir
+	cmd := bt.command(ctx, dir, env, "sh", "-c", command)
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	// A daemon that escapes into the background must not hold this
 	// request open through inherited pipes.
 	cmd.WaitDelay = time.Second
-	err := cmd.Run()
+	err = cmd.Run()
 	code = 0
 	if err != nil {
 		code = -1
@@ -321,19 +355,25 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	b := s.started(w, r)
 	var env []string
 	var dir string
+	var bt *boot
+	var err error
 	if b != nil {
 		env, dir = s.environ(b), filepath.Join(b.root, "home")
+		bt, err = s.bootOf(b)
 	}
 	s.mu.Unlock()
 	if b == nil {
+		return
+	}
+	if err != nil {
+		apiError(w, r, http.StatusInternalServerError, err.Error())
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 	// Like the real toolbox: no shell, the words as split above, and the
 	// combined output.
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Env, cmd.Dir = env, dir
+	cmd := bt.command(ctx, dir, env, argv[0], argv[1:]...)
 	cmd.WaitDelay = time.Second
 	out, err := cmd.CombinedOutput()
 	code := 0
