@@ -79,4 +79,3 @@ func BenchmarkColdTurnWorkspace(b *testing.B) {
 		})
 	}
 }
-
