@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,16 +24,61 @@ import (
 // can drive `runner run` in a real pseudo-terminal.
 const asRunnerEnv = "RUNNER_TEST_AS_RUNNER"
 
+// liveBuffer is output that can be waited on.
+type liveBuffer struct {
+	mu     sync.Mutex
+	b      bytes.Buffer
+	change chan struct{} // closed and replaced on each write
+	ended  chan struct{} // closed when no more output comes; nil: never
+}
+
+func newLiveBuffer() *liveBuffer { return &liveBuffer{change: make(chan struct{})} }
+
+func (l *liveBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	close(l.change)
+	l.change = make(chan struct{})
+	return l.b.Write(p)
+}
+
+func (l *liveBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// waitFor waits until the output matches re and returns it.
+func (l *liveBuffer) waitFor(t *testing.T, re string) string {
+	t.Helper()
+	rx := regexp.MustCompile(re)
+	timeout := time.After(30 * time.Second)
+	for {
+		l.mu.Lock()
+		out, change := l.b.String(), l.change
+		l.mu.Unlock()
+		if rx.MatchString(out) {
+			return out
+		}
+		select {
+		case <-change:
+		case <-l.ended:
+			if o := l.String(); !rx.MatchString(o) {
+				t.Fatalf("the output ended without %q:\n%s", re, o)
+			}
+		case <-timeout:
+			t.Fatalf("no %q within 30s; output:\n%s", re, l.String())
+		}
+	}
+}
+
 // term is `runner <args>` running on a pseudo-terminal.
 type term struct {
 	t      *testing.T
 	cmd    *exec.Cmd
 	pty    *os.File
 	copied chan struct{} // closed when the terminal's output ends
-
-	mu     sync.Mutex
-	out    bytes.Buffer
-	change chan struct{} // closed and replaced on each write to out
+	out    *liveBuffer
 }
 
 func startTerm(t *testing.T, env []string, args ...string) *term {
@@ -47,21 +93,11 @@ func startTerm(t *testing.T, env []string, args ...string) *term {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tm := &term{t: t, cmd: cmd, pty: f, copied: make(chan struct{}), change: make(chan struct{})}
+	tm := &term{t: t, cmd: cmd, pty: f, copied: make(chan struct{}), out: newLiveBuffer()}
+	tm.out.ended = tm.copied
 	go func() {
 		defer close(tm.copied)
-		buf := make([]byte, 4096)
-		for {
-			n, err := f.Read(buf)
-			tm.mu.Lock()
-			tm.out.Write(buf[:n])
-			close(tm.change)
-			tm.change = make(chan struct{})
-			tm.mu.Unlock()
-			if err != nil {
-				return // EIO once the runner exits
-			}
-		}
+		_, _ = io.Copy(tm.out, f) // until EIO: the runner exited
 	}()
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
@@ -74,35 +110,13 @@ func startTerm(t *testing.T, env []string, args ...string) *term {
 	return tm
 }
 
-func (tm *term) output() string {
-	tm.mu.Lock()
-	defer tm.mu.Unlock()
-	return tm.out.String()
-}
+func (tm *term) output() string { return tm.out.String() }
 
 // waitFor waits until the terminal shows a match of re and returns the
 // output so far.
 func (tm *term) waitFor(re string) string {
 	tm.t.Helper()
-	rx := regexp.MustCompile(re)
-	timeout := time.After(30 * time.Second)
-	for {
-		tm.mu.Lock()
-		out, change := tm.out.String(), tm.change
-		tm.mu.Unlock()
-		if rx.MatchString(out) {
-			return out
-		}
-		select {
-		case <-change:
-		case <-tm.copied:
-			if o := tm.output(); !rx.MatchString(o) {
-				tm.t.Fatalf("the runner exited without showing %q; terminal:\n%s", re, o)
-			}
-		case <-timeout:
-			tm.t.Fatalf("no %q on the terminal within 30s; terminal:\n%s", re, tm.output())
-		}
-	}
+	return tm.out.waitFor(tm.t, re)
 }
 
 func (tm *term) typ(s string) {
@@ -339,4 +353,133 @@ func dataDir(env []string) string {
 		}
 	}
 	return ""
+}
+
+// serveInProcess runs `runner serve` in this process on a free port and
+// returns its base URL and the environment that reaches it.
+func serveInProcess(t *testing.T) (string, []string) {
+	t.Helper()
+	port := freePort(t)
+	env := testEnv(t, "AGENTA_RUNNER_TOKEN="+testToken, "AGENTA_RUNNER_PORT="+strconv.Itoa(port))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	var stderr syncBuffer
+	go func() { done <- run(ctx, []string{"serve"}, env, nil, io.Discard, &stderr) }()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("serve exited %d: %s", code, stderr.String())
+		}
+	})
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	waitHealthy(t, base)
+	return base, env
+}
+
+// Against a running service: the same rendering, an approval answered on
+// the terminal resumes the parked harness over POST
+// /v1/sessions/{id}/interactions/{iid}, and a session's next turn is warm.
+func TestTerminalAgainstTheService(t *testing.T) {
+	base, env := serveInProcess(t)
+	env = append(env, "NO_COLOR=1")
+
+	tm := startTerm(t, env, "run", "-url", base, "-harness", "fake", "-ask", "-prompt", "pid\npermission deploy\npid")
+	tm.waitFor(`approval needed: execute deploy(.|\n)*deny \[d\]\? $`)
+	tm.typ("a\n")
+	if code := tm.exit(); code != 0 {
+		t.Fatalf("exit code %d; terminal:\n%s", code, tm.output())
+	}
+	if ps := pids(tm.output()); len(ps) != 2 || ps[0] != ps[1] {
+		t.Fatalf("pids %v, want one harness process; terminal:\n%s", ps, tm.output())
+	}
+
+	// -session without -url finds the service on its address and keeps
+	// the harness warm between turns.
+	var first []int
+	for i := range 2 {
+		tm := startTerm(t, env, "run", "-harness", "fake", "-session", "warm1", "-prompt", "pid")
+		if code := tm.exit(); code != 0 {
+			t.Fatalf("turn %d: exit code %d; terminal:\n%s", i, code, tm.output())
+		}
+		ps := pids(tm.output())
+		if len(ps) != 1 {
+			t.Fatalf("turn %d: terminal:\n%s", i, tm.output())
+		}
+		first = append(first, ps[0])
+	}
+	if first[0] != first[1] {
+		t.Errorf("session turns ran in harness processes %v, want the warm one again", first)
+	}
+
+	var list bytes.Buffer
+	if code := run(t.Context(), []string{"sessions", "-o", "text", "-url", base}, env, nil, &list, io.Discard); code != 0 ||
+		!regexp.MustCompile(`(?m)^SESSION +PROJECT +HARNESS +STATE +TURNS +UPDATED\n(.|\n)*^warm1 +cli +fake +warm +2 `).MatchString(list.String()) {
+		t.Errorf("runner sessions: code %d\n%s", code, list.String())
+	}
+
+	// Ctrl-C over the service: /kill cancels the turn and releases the
+	// session's harness.
+	tm = startTerm(t, env, "run", "-url", base, "-harness", "fake", "-session", "killme", "-prompt", "pid\nsleep 1h")
+	pid := pids(tm.waitFor(`pid \d+\r?\n`))[0]
+	tm.typ("\x03")
+	if code := tm.exit(); code != exitInterrupted {
+		t.Errorf("exit code %d, want %d; terminal:\n%s", code, exitInterrupted, tm.output())
+	}
+	if !gone(pid) {
+		t.Errorf("harness %d survived Ctrl-C", pid)
+	}
+}
+
+// With no terminal, the paused turn's message names the interaction and a
+// curl; that HTTP call really continues the parked turn.
+func TestAskWithoutTerminalOnTheServiceAnswersOverHTTP(t *testing.T) {
+	base, env := serveInProcess(t)
+	var out, errb bytes.Buffer
+	code := run(t.Context(), []string{"run", "-url", base, "-harness", "fake", "-ask", "-o", "text", "-prompt", "permission deploy\nsay went on"}, env, strings.NewReader(""), &out, &errb)
+	if code != exitPaused {
+		t.Fatalf("exit code %d, want %d; %s %s", code, exitPaused, out.String(), errb.String())
+	}
+	m := regexp.MustCompile(`-d '(\{"approved":true\})' (http://\S+/v1/sessions/\S+/interactions/int_[0-9a-f]+)`).FindStringSubmatch(errb.String())
+	if m == nil {
+		t.Fatalf("no curl in:\n%s", errb.String())
+	}
+	req, _ := http.NewRequest(http.MethodPost, m[2], strings.NewReader(m[1]))
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set("Accept", "application/x-ndjson")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "permission selected:yes-once") || !strings.Contains(string(body), "went on") {
+		t.Fatalf("answering over HTTP: %s\n%s", resp.Status, body)
+	}
+}
+
+// runner sessions tail follows a session's events live, rendered.
+func TestSessionsTailFollowsLive(t *testing.T) {
+	base, env := serveInProcess(t)
+	var out bytes.Buffer
+	if code := run(t.Context(), []string{"run", "-url", base, "-harness", "fake", "-session", "tailed", "-o", "text", "-prompt", "say first turn"}, env, nil, &out, io.Discard); code != 0 {
+		t.Fatalf("first turn: %d %s", code, out.String())
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	tail := newLiveBuffer()
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"sessions", "tail", "-o", "text", "-url", base, "tailed"}, env, nil, tail, io.Discard)
+	}()
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("tail exited %d", code)
+		}
+	}()
+	out.Reset()
+	if code := run(t.Context(), []string{"run", "-url", base, "-harness", "fake", "-session", "tailed", "-o", "text", "-prompt", "tool Read {\"path\":\"x\"} => data\nsay second turn"}, env, nil, &out, io.Discard); code != 0 {
+		t.Fatalf("second turn: %d %s", code, out.String())
+	}
+	// The tail renders the turn it watched; its last event is done.
+	tail.waitFor(t, `(?s)› say first turn\n.*first turn\n─ end_turn\n.*⏺ Read  x\n  ⎿ data\n.*second turn\n─ end_turn\n`)
 }
