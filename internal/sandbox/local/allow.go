@@ -98,17 +98,33 @@ func (a *allowlist) allows(host string, port int) bool {
 			if ipErr == nil && r.prefix.Contains(ip.Unmap()) {
 				return true
 			}
-		case strings.HasPrefix(r.host, "."):
-			if strings.HasSuffix(host, r.host) && len(host) > len(r.host) {
-				return true
-			}
-		case r.host == host:
+		case r.names(host):
 			return true
 		}
 	}
 	return false
 }
 
+// names reports whether a host rule matches the lowercase host.
+func (r rule) names(host string) bool {
+	if strings.HasPrefix(r.host, ".") {
+		return strings.HasSuffix(host, r.host) && len(host) > len(r.host)
+	}
+	return r.host != "" && r.host == host
+}
+
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+// allowsName reports whether a rule names host, on any port: the DNS
+// forwarder resolves it (the table then opens its addresses).
+func (a *allowlist) allowsName(host string) bool {
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	for _, r := range a.rules {
+		if !r.prefix.IsValid() && r.names(host) {
+			return true
+		}
+	}
+	return false
+}

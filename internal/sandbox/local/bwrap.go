@@ -188,7 +188,11 @@ func (b *bwrap) sandboxArgs(s *Sandbox) []string {
 		// The host's resolver may be on its loopback (systemd-resolved,
 		// Docker's 127.0.0.11), which the sandbox does not reach.
 		if target, err := filepath.EvalSymlinks("/etc/resolv.conf"); err == nil {
-			args = append(args, "--ro-bind", s.p.net.resolv, target)
+			resolv := s.p.net.resolv
+			if s.mode == "allowlist" {
+				resolv = s.p.net.resolvAllow
+			}
+			args = append(args, "--ro-bind", resolv, target)
 		}
 	}
 	work := "--bind"
@@ -204,6 +208,9 @@ func (b *bwrap) sandboxArgs(s *Sandbox) []string {
 			flag = "--bind"
 		}
 		args = b.bind(args, flag, bd.Path)
+	}
+	if s.dns != nil {
+		args = b.bind(args, "--ro-bind", s.dns.path)
 	}
 	if s.proxy != nil {
 		args = b.bind(args, "--ro-bind", s.proxy.path)
@@ -310,7 +317,11 @@ func (b *bwrap) command(s *Sandbox, path string, argv, env []string, dir string)
 		blockFD := fd(br)
 		args = append(args, "--block-fd", blockFD)
 		l.attach = func(pid int) (*netAttach, error) {
-			return s.p.net.attach(pid, blockFD, s.root, s.p.net.policy(s))
+			a, err := s.p.net.attach(pid, blockFD, s.root, s.p.net.policy(s))
+			if err == nil && s.dns != nil {
+				s.trackNet(a)
+			}
+			return a, err
 		}
 	}
 	// The arguments go through a pipe written after the start: bwrap reads
@@ -340,6 +351,9 @@ func (b *bwrap) command(s *Sandbox, path string, argv, env []string, dir string)
 		line = append(line, s.proxy.path, listen)
 		for _, addr := range loopbackForwards(s.spec.Network.Allow) {
 			line = append(line, "--forward", addr)
+		}
+		if s.dns != nil {
+			line = append(line, "--dns", s.dns.path)
 		}
 		line = append(line, "--")
 	}

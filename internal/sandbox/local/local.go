@@ -384,11 +384,16 @@ type Sandbox struct {
 	// open and openTo are what Spec.Network.Allow opens under mode "on".
 	open   []netip.Prefix
 	openTo []netip.AddrPort
+	dns    *dnsForwarder // mode "allowlist" with an isolated network
 
 	// mu guards the following.
 	mu        sync.Mutex
 	procs     map[*process]struct{}
 	destroyed bool
+	// nets are the live processes' networks, resolved what the DNS
+	// forwarder opened so far (mode "allowlist").
+	nets     map[*netAttach]struct{}
+	resolved []netip.Addr
 }
 
 // Info implements sandbox.Sandbox.
@@ -445,6 +450,9 @@ func (s *Sandbox) teardown() error {
 	var errs []error
 	if s.proxy != nil {
 		s.proxy.close()
+	}
+	if s.dns != nil {
+		s.dns.close()
 	}
 	reapSlirps(s.root)
 	if s.cg != nil {

@@ -90,3 +90,14 @@ func TestNetAllowRejectsBadEntries(t *testing.T) {
 		}
 	}
 }
+
+// /health shows what network "on" is.
+func TestDescribeNetworkOn(t *testing.T) {
+	netnsTool(t)
+	if d := newBwrap(t, nil).Describe()["network_on"]; d != local.NetworkIsolated {
+		t.Errorf("network_on = %v, want %q", d, local.NetworkIsolated)
+	}
+	if d := newBwrap(t, func(c *local.Config) { c.Network = local.NetworkHost }).Describe()["network_on"]; d != local.NetworkHost {
+		t.Errorf("network_on = %v, want %q", d, local.NetworkHost)
+	}
+}

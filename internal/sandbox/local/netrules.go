@@ -1,6 +1,7 @@
 package local
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -56,7 +57,21 @@ type netPolicy struct {
 	Refuse []netip.Prefix `json:"refuse"`
 	// DenyRest refuses everything not accepted (network "allowlist").
 	DenyRest bool `json:"deny_rest,omitempty"`
+	// SlirpDNS accepts slirp's DNS forwarder (network "on"; "allowlist"
+	// resolves through the runner's forwarder instead).
+	SlirpDNS bool `json:"slirp_dns,omitempty"`
+	// Dynamic keeps the installer running to add the addresses the runner's
+	// DNS forwarder hands out to the sets dns4 and dns6 (network
+	// "allowlist"): one JSON array of addresses per stdin line, answered
+	// by "ok" on stdout.
+	Dynamic bool `json:"dynamic,omitempty"`
 }
+
+// The sets of addresses the DNS forwarder resolved for listed names.
+var (
+	dnsSet4 = &nftables.Set{Name: "dns4", KeyType: nftables.TypeIPAddr}
+	dnsSet6 = &nftables.Set{Name: "dns6", KeyType: nftables.TypeIP6Addr}
+)
 
 // slirpTap is the device slirp4netns makes in the sandbox.
 const slirpTap = "tap0"
@@ -102,8 +117,28 @@ func (pol netPolicy) install(c *nftables.Conn) error {
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
 		&expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: []byte{133}, ToData: []byte{137}},
 	)
-	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
-		add(acceptV, toPort(netip.AddrPortFrom(slirpDNS, 53), proto)...)
+	if pol.SlirpDNS {
+		for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+			add(acceptV, toPort(netip.AddrPortFrom(slirpDNS, 53), proto)...)
+		}
+	}
+	if pol.Dynamic {
+		for _, set := range []*nftables.Set{dnsSet4, dnsSet6} {
+			set.Table = t
+			if err := c.AddSet(set, nil); err != nil {
+				return err
+			}
+			family, off, n := byte(unix.NFPROTO_IPV4), uint32(16), uint32(4)
+			if set == dnsSet6 {
+				family, off, n = unix.NFPROTO_IPV6, 24, 16
+			}
+			add(acceptV,
+				&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{family}},
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n},
+				&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+			)
+		}
 	}
 	for _, p := range pol.Allow {
 		add(acceptV, toPrefix(p)...)
@@ -191,5 +226,52 @@ func netSetupMain() int {
 		fmt.Fprintln(os.Stderr, "nftables:", err)
 		return 1
 	}
+	if !pol.Dynamic {
+		return 0
+	}
+	// The bridge, without capabilities, serves the runner's DNS forwarder
+	// on port 53 of the sandbox's own loopback.
+	if err := os.WriteFile("/proc/sys/net/ipv4/ip_unprivileged_port_start", []byte("53"), 0); err != nil {
+		fmt.Fprintln(os.Stderr, "dns port:", err)
+		return 1
+	}
+	fmt.Println("ready")
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		var addrs []netip.Addr
+		if err := json.Unmarshal(sc.Bytes(), &addrs); err != nil {
+			fmt.Fprintln(os.Stderr, "addresses:", err)
+			return 2
+		}
+		if err := addResolved(c, addrs); err != nil {
+			fmt.Fprintln(os.Stderr, "nftables:", err)
+			return 1
+		}
+		fmt.Println("ok")
+	}
 	return 0
+}
+
+// addResolved adds addresses to the dns4 and dns6 sets.
+func addResolved(c *nftables.Conn, addrs []netip.Addr) error {
+	var v4, v6 []nftables.SetElement
+	for _, a := range addrs {
+		a = a.Unmap()
+		if a.Is4() {
+			v4 = append(v4, nftables.SetElement{Key: a.AsSlice()})
+		} else {
+			v6 = append(v6, nftables.SetElement{Key: a.AsSlice()})
+		}
+	}
+	for _, x := range []struct {
+		set  *nftables.Set
+		elem []nftables.SetElement
+	}{{dnsSet4, v4}, {dnsSet6, v6}} {
+		if len(x.elem) > 0 {
+			if err := c.SetAddElements(x.set, x.elem); err != nil {
+				return err
+			}
+		}
+	}
+	return c.Flush()
 }

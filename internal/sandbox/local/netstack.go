@@ -1,10 +1,13 @@
 package local
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -13,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -49,8 +53,10 @@ type netstack struct {
 	nsenter string
 	setup   string // the installer: this binary, run with netSetupEnv set
 	resolv  string // the sandbox's /etc/resolv.conf, naming slirp's DNS
-	allow   []netip.Prefix
-	allowTo []netip.AddrPort
+	// resolvAllow names the runner's DNS forwarder (network "allowlist").
+	resolvAllow string
+	allow       []netip.Prefix
+	allowTo     []netip.AddrPort
 	// forwards are operator entries on the host's loopback, served on the
 	// sandbox's own loopback by the proxy bridge.
 	forwards []string
@@ -101,8 +107,12 @@ func newNetstack(cfg Config) (*netstack, error) {
 		return nil, err
 	}
 	n.resolv = filepath.Join(cfg.Dir, ".resolv.conf")
-	if err := os.WriteFile(n.resolv, []byte("nameserver "+slirpDNS.String()+"\n"), 0o644); err != nil {
-		return nil, fmt.Errorf("sandbox resolv.conf: %w", err)
+	n.resolvAllow = filepath.Join(cfg.Dir, ".resolv-allowlist.conf")
+	dnsHost, _, _ := net.SplitHostPort(dnsListen)
+	for path, ns := range map[string]string{n.resolv: slirpDNS.String(), n.resolvAllow: dnsHost} {
+		if err := os.WriteFile(path, []byte("nameserver "+ns+"\n"), 0o644); err != nil {
+			return nil, fmt.Errorf("sandbox resolv.conf: %w", err)
+		}
 	}
 	return n, nil
 }
@@ -180,7 +190,7 @@ func resolveHost(host string) ([]netip.Addr, error) {
 // loopback become forwards, other addresses and resolved names are opened
 // (on their port when the entry names one). Names that do not resolve open
 // nothing: a public name needs no opening.
-func openings(entries []string) (allow []netip.Prefix, allowTo []netip.AddrPort, forwards []string) {
+func openings(entries []string, resolve bool) (allow []netip.Prefix, allowTo []netip.AddrPort, forwards []string) {
 	forwards = loopbackForwards(entries)
 	for _, e := range entries {
 		r, err := parseRule(strings.TrimSpace(e))
@@ -200,7 +210,7 @@ func openings(entries []string) (allow []netip.Prefix, allowTo []netip.AddrPort,
 			ips = []netip.Addr{r.prefix.Addr()}
 		case strings.HasPrefix(r.host, "."):
 			continue // a wildcard names no address
-		default:
+		case resolve:
 			ips, _ = resolveHost(r.host)
 		}
 		for _, ip := range ips {
@@ -221,9 +231,21 @@ func openings(entries []string) (allow []netip.Prefix, allowTo []netip.AddrPort,
 // now, since they change.
 func (n *netstack) policy(s *Sandbox) netPolicy {
 	pol := netPolicy{
-		Allow:   append(append([]netip.Prefix(nil), n.allow...), s.open...),
-		AllowTo: append(append([]netip.AddrPort(nil), n.allowTo...), s.openTo...),
+		Allow:   append([]netip.Prefix(nil), s.open...),
+		AllowTo: append([]netip.AddrPort(nil), s.openTo...),
 		Refuse:  append([]netip.Prefix(nil), refusedRanges...),
+	}
+	if s.mode == "on" {
+		pol.Allow = append(pol.Allow, n.allow...)
+		pol.AllowTo = append(pol.AllowTo, n.allowTo...)
+		pol.SlirpDNS = true
+	} else {
+		pol.DenyRest, pol.Dynamic = true, true
+		s.mu.Lock()
+		for _, a := range s.resolved {
+			pol.Allow = append(pol.Allow, netip.PrefixFrom(a, a.BitLen()))
+		}
+		s.mu.Unlock()
 	}
 	if addrs, err := net.InterfaceAddrs(); err == nil {
 		for _, a := range addrs {
@@ -244,15 +266,48 @@ type netAttach struct {
 	exit   *os.File // --exit-fd: closing it ends slirp4netns
 	done   chan struct{}
 	record string // the file naming it in the sandbox dir, for the reaper
+	// timings are the waits for bwrap's setup, slirp4netns and the table.
+	timings [3]time.Duration
+	// The installer that stays (network "allowlist"), and its pipes;
+	// mu serialises requests to it.
+	mu       sync.Mutex
+	setup    *exec.Cmd
+	setupIn  io.WriteCloser
+	setupOut *bufio.Reader
+	setupRaw *os.File
+	onClose  func()
+}
+
+// openAddrs has the installer add addrs to the table's DNS sets.
+func (a *netAttach) openAddrs(addrs []netip.Addr) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.setupIn == nil {
+		return nil // closed: the process is gone
+	}
+	line, err := json.Marshal(addrs)
+	if err != nil {
+		return err
+	}
+	if _, err := a.setupIn.Write(append(line, '\n')); err != nil {
+		return fmt.Errorf("open resolved addresses: %w", err)
+	}
+	_ = a.setupRaw.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if ok, err := a.setupOut.ReadString('\n'); ok != "ok\n" {
+		return fmt.Errorf("open resolved addresses: %q %v", ok, err)
+	}
+	return nil
 }
 
 // attach connects the network namespace of the sandbox init pid to the
 // outside through slirp4netns and installs pol in it. The sandbox is still
 // blocked (bwrap --block-fd): its command has not run.
 func (n *netstack) attach(pid int, blockFD, root string, pol netPolicy) (*netAttach, error) {
+	t0 := time.Now()
 	if err := waitBlocked(pid, blockFD); err != nil {
 		return nil, err
 	}
+	t1 := time.Now()
 	netns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
 	if err != nil {
 		return nil, fmt.Errorf("sandbox network namespace: %w", err)
@@ -306,6 +361,7 @@ func (n *netstack) attach(pid int, blockFD, root string, pol netPolicy) (*netAtt
 		return nil, fmt.Errorf("slirp4netns did not come up (%v): %s", err, out.String())
 	}
 
+	t2 := time.Now()
 	data, err := json.Marshal(pol)
 	if err != nil {
 		a.close()
@@ -315,12 +371,46 @@ func (n *netstack) attach(pid int, blockFD, root string, pol netPolicy) (*netAtt
 	// namespace's root (bwrap maps it to 0 there), and setgroups is denied.
 	setup := exec.Command(n.nsenter, "--user=/proc/self/fd/3", "--net=/proc/self/fd/4", "--preserve-credentials", "--", n.setup)
 	setup.Env = []string{netSetupEnv + "=1"}
-	setup.Stdin = bytes.NewReader(data)
 	setup.ExtraFiles = []*os.File{userns, netns}
-	if msg, err := setup.CombinedOutput(); err != nil {
+	setupErr := func(err error, msg string) error {
 		a.close()
-		return nil, fmt.Errorf("install the sandbox's nftables table (%v): %s; the kernel needs nf_tables (CONFIG_NF_TABLES, the nft_reject_inet module)", err, strings.TrimSpace(string(msg)))
+		return fmt.Errorf("install the sandbox's nftables table (%v): %s; the kernel needs nf_tables (CONFIG_NF_TABLES, the nft_reject_inet module)", err, strings.TrimSpace(msg))
 	}
+	if !pol.Dynamic {
+		setup.Stdin = bytes.NewReader(data)
+		if msg, err := setup.CombinedOutput(); err != nil {
+			return nil, setupErr(err, string(msg))
+		}
+	} else {
+		// It stays, to open what the DNS forwarder resolves.
+		errTail := newTail(4 << 10)
+		setup.Stderr = errTail
+		in, err := setup.StdinPipe()
+		if err != nil {
+			return nil, setupErr(err, "")
+		}
+		outR, outW, err := os.Pipe()
+		if err != nil {
+			return nil, setupErr(err, "")
+		}
+		setup.Stdout = outW
+		err = setup.Start()
+		outW.Close()
+		if err != nil {
+			outR.Close()
+			return nil, setupErr(err, "")
+		}
+		a.setup, a.setupIn, a.setupOut, a.setupRaw = setup, in, bufio.NewReader(outR), outR
+		if _, err := in.Write(append(data, '\n')); err != nil {
+			return nil, setupErr(err, errTail.String())
+		}
+		_ = outR.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if line, err := a.setupOut.ReadString('\n'); line != "ready\n" {
+			_ = setup.Wait()
+			return nil, setupErr(err, errTail.String())
+		}
+	}
+	a.timings = [3]time.Duration{t1.Sub(t0), t2.Sub(t1), time.Since(t2)}
 	return a, nil
 }
 
@@ -355,6 +445,28 @@ func (a *netAttach) close() {
 	if a == nil || a.exit == nil {
 		return
 	}
+	if a.onClose != nil {
+		a.onClose()
+	}
+	a.mu.Lock()
+	if a.setup != nil {
+		a.setupIn.Close() // the installer exits on EOF
+		a.setupIn = nil
+		done := make(chan struct{})
+		go func() {
+			_ = a.setup.Wait()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+			_ = a.setup.Process.Kill()
+			<-done
+		}
+		a.setupRaw.Close()
+		a.setup = nil
+	}
+	a.mu.Unlock()
 	a.exit.Close()
 	a.exit = nil
 	select {
@@ -455,7 +567,7 @@ func (p *Provider) networkOn() string {
 
 // isolated reports whether s gets its own network through slirp4netns.
 func (s *Sandbox) isolated() bool {
-	return s.p.bw != nil && s.mode == "on" && s.p.net != nil
+	return s.p.bw != nil && s.p.net != nil && (s.mode == "on" || s.mode == "allowlist" && len(s.p.cfg.ProxyBridge) > 0)
 }
 
 // openNetwork works out what Spec.Network.Allow opens under mode "on", and
@@ -466,7 +578,10 @@ func (s *Sandbox) openNetwork() error {
 		return nil
 	}
 	var fw []string
-	s.open, s.openTo, fw = openings(s.spec.Network.Allow)
+	s.open, s.openTo, fw = openings(s.spec.Network.Allow, s.mode == "on")
+	if s.mode == "allowlist" {
+		return s.startDNS()
+	}
 	for _, f := range s.p.net.forwards {
 		if !slices.Contains(fw, f) {
 			fw = append(fw, f)
@@ -484,4 +599,67 @@ func (s *Sandbox) openNetwork() error {
 		return err
 	}
 	return s.startProxy(allow)
+}
+
+// startDNS starts the DNS forwarder of an "allowlist" sandbox.
+func (s *Sandbox) startDNS() error {
+	sock := filepath.Join(s.root, "dns.sock")
+	if len(sock) > 107 { // sun_path
+		return errdefs.Unprocessablef("network mode allowlist: the DNS socket path %s is longer than a unix socket allows (108 bytes); use a shorter AGENTA_RUNNER_DATA_DIR", sock)
+	}
+	var err error
+	s.dns, err = startDNS(sock, s.proxy.allow, s.log, s.spec.OnEvent, s.openResolved)
+	if err == nil {
+		err = s.p.user().own(sock)
+	}
+	if err != nil {
+		return fmt.Errorf("create sandbox %s: dns forwarder: %w", s.info.ID, err)
+	}
+	return nil
+}
+
+// openResolved opens addresses the DNS forwarder hands out in the table of
+// every live process of s, and in those of processes started later.
+func (s *Sandbox) openResolved(addrs []netip.Addr) error {
+	s.mu.Lock()
+	var fresh []netip.Addr
+	for _, a := range addrs {
+		a = a.Unmap()
+		if !slices.Contains(s.resolved, a) {
+			fresh = append(fresh, a)
+		}
+	}
+	if len(fresh) == 0 {
+		s.mu.Unlock()
+		return nil
+	}
+	s.resolved = append(s.resolved, fresh...)
+	nets := make([]*netAttach, 0, len(s.nets))
+	for a := range s.nets {
+		nets = append(nets, a)
+	}
+	s.mu.Unlock()
+	var errs []error
+	for _, a := range nets {
+		if err := a.openAddrs(fresh); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// trackNet registers a live process's network for openResolved until it
+// closes.
+func (s *Sandbox) trackNet(a *netAttach) {
+	s.mu.Lock()
+	if s.nets == nil {
+		s.nets = map[*netAttach]struct{}{}
+	}
+	s.nets[a] = struct{}{}
+	s.mu.Unlock()
+	a.onClose = func() {
+		s.mu.Lock()
+		delete(s.nets, a)
+		s.mu.Unlock()
+	}
 }

@@ -11,8 +11,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -491,9 +493,6 @@ func TestNetworkOnInside(t *testing.T) {
 	})
 	sb := createSpec(t, p, sandbox.Spec{Network: sandbox.Network{Mode: "on"}})
 
-	type want struct {
-		kind, target, got string // got "": must be refused within 100 ms
-	}
 	wants := []want{
 		{"tcp", net.JoinHostPort(simPublic, simPort), "hello from " + simPublic},
 		{"udp", net.JoinHostPort(simPublic, simPort), "echo ping"},
@@ -512,31 +511,7 @@ func TestNetworkOnInside(t *testing.T) {
 	for _, a := range append(append([]string(nil), simRefused...), simUnplaceable...) {
 		wants = append(wants, want{"tcp", net.JoinHostPort(a, simPort), ""}, want{"udp", net.JoinHostPort(a, simPort), ""})
 	}
-	var args []string
-	for _, w := range wants {
-		args = append(args, w.kind, w.target)
-	}
-	out, err := run(t, sb, nil, "probe", args...)
-	if err != nil {
-		t.Fatalf("probe: %v\n%s", err, out)
-	}
-	dec := json.NewDecoder(strings.NewReader(out))
-	for _, w := range wants {
-		var r probeResult
-		if err := dec.Decode(&r); err != nil {
-			t.Fatalf("probe output: %v\n%s", err, out)
-		}
-		switch {
-		case r.Target != w.target:
-			t.Fatalf("probe order: %s, want %s", r.Target, w.target)
-		case w.got != "" && (!r.OK || r.Got != w.got):
-			t.Errorf("%s %s: %q, %s; want %q", w.kind, w.target, r.Got, r.Err, w.got)
-		case w.got == "" && r.OK:
-			t.Errorf("%s %s reached from the sandbox: %q", w.kind, w.target, r.Got)
-		case w.got == "" && r.MS >= 100:
-			t.Errorf("%s %s: refused after %.1f ms (%s); want a reject within 100 ms", w.kind, w.target, r.MS, r.Err)
-		}
-	}
+	checkProbes(t, sb, wants)
 
 	// A sandbox listener opens nothing on the host.
 	t.Run("listener", func(t *testing.T) {
@@ -574,6 +549,43 @@ func TestNetworkOnInside(t *testing.T) {
 	if strings.Contains(after, `"OK":true`) {
 		t.Errorf("the table was changed from inside: %s", after)
 	}
+
+	// Allowlist on the same stack: everything refused but what is listed;
+	// listed names open through the runner's DNS forwarder.
+	t.Run("allowlist", func(t *testing.T) {
+		var mu sync.Mutex
+		var blocked []string
+		sb := createSpec(t, p, sandbox.Spec{
+			Network: sandbox.Network{Mode: "allowlist", Allow: []string{simName, net.JoinHostPort(simAllowed, simPort)}},
+			OnEvent: func(name string, data map[string]any) {
+				mu.Lock()
+				defer mu.Unlock()
+				if name == "network.blocked" {
+					blocked = append(blocked, fmt.Sprint(data["host"]))
+				}
+			},
+		})
+		public := net.JoinHostPort(simPublic, simPort)
+		wants := []want{
+			{"tcp", public, ""}, // not yet resolved
+			{"resolve", simName, simPublic},
+			{"tcp", public, "hello from " + simPublic},
+			{"udp", public, "echo ping"},
+			{"tcp", net.JoinHostPort(simAllowed, simPort), "hello from " + simAllowed},
+			{"resolve", "other.test", ""},
+			{"dns", "10.0.2.3:53", ""},                       // slirp's DNS is not the way out here
+			{"dns", net.JoinHostPort(simInetAddr, "53"), ""}, // a DNS server not listed
+			{"tcp", net.JoinHostPort(simPublic6, simPort), ""},
+			{"tcp", net.JoinHostPort(simNotAllowed, simPort), ""},
+			{"tcp", net.JoinHostPort("169.254.169.254", simPort), ""},
+		}
+		checkProbes(t, sb, wants)
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Contains(blocked, "other.test") {
+			t.Errorf("network.blocked events %v lack other.test", blocked)
+		}
+	})
 
 	// SIGKILL of the runner leaves no slirp4netns behind.
 	t.Run("sigkill", func(t *testing.T) {
@@ -613,5 +625,40 @@ func greet(ln net.Listener, msg string) {
 		}
 		fmt.Fprintln(c, msg)
 		c.Close()
+	}
+}
+
+// want is one probe from inside a sandbox and its expected answer; got ""
+// means refused, within 100 ms.
+type want struct{ kind, target, got string }
+
+// checkProbes runs the probes in one sandbox process, in order, and checks
+// each answer.
+func checkProbes(t *testing.T, sb sandbox.Sandbox, wants []want) {
+	t.Helper()
+	var args []string
+	for _, w := range wants {
+		args = append(args, w.kind, w.target)
+	}
+	out, err := run(t, sb, nil, "probe", args...)
+	if err != nil {
+		t.Fatalf("probe: %v\n%s", err, out)
+	}
+	dec := json.NewDecoder(strings.NewReader(out))
+	for _, w := range wants {
+		var r probeResult
+		if err := dec.Decode(&r); err != nil {
+			t.Fatalf("probe output: %v\n%s", err, out)
+		}
+		switch {
+		case r.Target != w.target:
+			t.Fatalf("probe order: %s, want %s", r.Target, w.target)
+		case w.got != "" && (!r.OK || r.Got != w.got):
+			t.Errorf("%s %s: %q, %s; want %q", w.kind, w.target, r.Got, r.Err, w.got)
+		case w.got == "" && r.OK:
+			t.Errorf("%s %s reached from the sandbox: %q", w.kind, w.target, r.Got)
+		case w.got == "" && r.MS >= 100 && w.kind != "resolve":
+			t.Errorf("%s %s: refused after %.1f ms (%s); want a reject within 100 ms", w.kind, w.target, r.MS, r.Err)
+		}
 	}
 }

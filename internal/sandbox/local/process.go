@@ -114,7 +114,11 @@ func (s *Sandbox) Start(ctx context.Context, c sandbox.Cmd) (sandbox.Process, er
 	if l != nil {
 		p.net = l.net
 	}
-	s.log.Debug("process started", logkey.PID, cmd.Process.Pid)
+	if p.net != nil {
+		s.log.Debug("process started", logkey.PID, cmd.Process.Pid, "bwrap_setup", p.net.timings[0], "slirp4netns", p.net.timings[1], "nftables", p.net.timings[2])
+	} else {
+		s.log.Debug("process started", logkey.PID, cmd.Process.Pid)
+	}
 
 	go func() {
 		p.waitErr = cmd.Wait()

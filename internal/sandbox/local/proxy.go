@@ -207,18 +207,23 @@ func atoiPort(s string) int {
 // already there.
 func ProxyBridgeMain(args []string) int {
 	if len(args) < 4 {
-		fmt.Fprintln(os.Stderr, "usage: SOCKET LISTEN [--forward HOST:PORT]... -- COMMAND [ARG...]")
+		fmt.Fprintln(os.Stderr, "usage: SOCKET LISTEN [--forward HOST:PORT]... [--dns SOCKET] -- COMMAND [ARG...]")
 		return 2
 	}
 	sock, listen := args[0], args[1]
 	rest := args[2:]
 	var forwards []string
-	for len(rest) >= 2 && rest[0] == "--forward" {
-		forwards = append(forwards, rest[1])
+	dnsSock := ""
+	for len(rest) >= 2 && (rest[0] == "--forward" || rest[0] == "--dns") {
+		if rest[0] == "--dns" {
+			dnsSock = rest[1]
+		} else {
+			forwards = append(forwards, rest[1])
+		}
 		rest = rest[2:]
 	}
 	if len(rest) < 2 || rest[0] != "--" {
-		fmt.Fprintln(os.Stderr, "usage: SOCKET LISTEN [--forward HOST:PORT]... -- COMMAND [ARG...]")
+		fmt.Fprintln(os.Stderr, "usage: SOCKET LISTEN [--forward HOST:PORT]... [--dns SOCKET] -- COMMAND [ARG...]")
 		return 2
 	}
 	argv := rest[1:]
@@ -245,7 +250,27 @@ func ProxyBridgeMain(args []string) int {
 		listeners = append(listeners, fl)
 		wg.Go(func() { acceptBridge(fl, sock, addr) })
 	}
+	var dnsUDP net.PacketConn
+	if dnsSock != "" {
+		// The runner's DNS forwarder, over UDP and TCP (framed the same).
+		var err error
+		if dnsUDP, err = net.ListenPacket("udp", dnsListen); err != nil {
+			fmt.Fprintln(os.Stderr, "proxy bridge: dns:", err)
+			return 1
+		}
+		wg.Go(func() { serveDNSUDP(dnsUDP, dnsSock) })
+		tl, err := net.Listen("tcp", dnsListen)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "proxy bridge: dns:", err)
+			return 1
+		}
+		listeners = append(listeners, tl)
+		wg.Go(func() { acceptBridge(tl, dnsSock, "") })
+	}
 	code := runChild(argv)
+	if dnsUDP != nil {
+		dnsUDP.Close()
+	}
 	// The process exits next; closing the listeners ends the accept loops,
 	// and open relays die with the sandbox.
 	for _, l := range listeners {
