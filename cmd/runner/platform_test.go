@@ -341,3 +341,45 @@ func TestPlatformRefusalInStream(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+// TestPlatformClientTool: a client tool (fulfilled by the browser) parks
+// the turn with an interaction_request of kind client_tool, mirrored to
+// the platform; the browser's output on the next run fulfils the call.
+func TestPlatformClientTool(t *testing.T) {
+	f := platformtest.New(t, platformCred)
+	c, _ := platformRunner(t, f)
+	tools := map[string]any{"customTools": []map[string]any{{"name": "request_connection", "kind": "client",
+		"inputSchema": map[string]any{"type": "object"}, "render": map[string]any{"connect": map[string]any{"provider": "github"}}}}}
+	prompt := `mcp agenta-tools request_connection {"provider":"github"}`
+	out, err := c.Run(t.Context(), agentaRequest(f, "ct1", prompt, tools))
+	if err != nil || out.Result.StopReason != "paused" {
+		t.Fatalf("first turn: %v %+v", err, out.Result)
+	}
+	var req *wire.Event
+	for i, ev := range out.Events {
+		if ev.Type == wire.EventInteractionReq {
+			req = &out.Events[i]
+		}
+	}
+	if req == nil || req.Kind != "client_tool" || !strings.Contains(string(req.Payload), `"connect"`) {
+		t.Fatalf("interaction_request %+v", req)
+	}
+	f.Wait(t, 5*time.Second, "the client_tool interaction row", func() bool {
+		rows := f.Interactions("ct1")
+		return len(rows) == 1 && rows[0].Kind == "client_tool" && rows[0].Token == req.ID
+	})
+	msgs := []map[string]any{
+		{"role": "user", "content": prompt},
+		{"role": "assistant", "content": []map[string]any{
+			{"type": "tool_call", "toolCallId": "tc-1", "toolName": "request_connection", "input": map[string]any{"provider": "github"}},
+			{"type": "tool_result", "toolCallId": "tc-1", "toolName": "request_connection", "output": `{"connected":true}`},
+		}},
+	}
+	out, err = c.Run(t.Context(), agentaRequest(f, "ct1", msgs, tools))
+	if err != nil || out.Result.StopReason == "paused" {
+		t.Fatalf("resume: %v %+v", err, out.Result)
+	}
+	if !strings.Contains(out.Result.Output, `mcp result: {"connected":true}`) {
+		t.Errorf("the call was not fulfilled by the browser's output: %q", out.Result.Output)
+	}
+}

@@ -39,6 +39,9 @@ type plan struct {
 	tokens map[string]string
 	// attachments are the tail's attachment blocks (attach.go).
 	attachments []wire.ContentBlock
+	// clientResults are the browser's outputs for client tool calls
+	// (clienttools.go).
+	clientResults *clientResults
 }
 
 // admit checks a request against the deployment and builds its plan. Every
@@ -134,10 +137,11 @@ func (s *Service) admit(req *wire.Request) (*plan, error) {
 		if blocks, text, err = promptBlocks(tail); err != nil {
 			return nil, err
 		}
-	} else if !carriesApproval(tail) {
-		// The web app resumes an approval with the decision on an
-		// assistant tail; anything else must end with the user's turn.
-		return nil, errdefs.Invalidf("messages: No user message to send (prompt/messages empty): the last message has role %q and answers no approval (a tool_result {\"approved\": bool}); end the conversation with a user message", tail.Role)
+	} else if !carriesApproval(tail) && !carriesToolResult(tail) {
+		// The web app resumes an approval (or returns a client tool's
+		// result) on an assistant tail; anything else must end with the
+		// user's turn.
+		return nil, errdefs.Invalidf("messages: No user message to send (prompt/messages empty): the last message has role %q and answers no approval (a tool_result {\"approved\": bool}) or client tool; end the conversation with a user message", tail.Role)
 	}
 	p.approvals = approvalsOf(tail)
 	p.tokens = interactionTokens(tail)
@@ -145,8 +149,9 @@ func (s *Service) admit(req *wire.Request) (*plan, error) {
 	if err := checkAttachments(p.attachments); err != nil {
 		return nil, err
 	}
+	p.clientResults = clientResultsOf(req.Messages)
 	if len(blocks) == 0 && len(p.attachments) == 0 {
-		if len(p.approvals) == 0 {
+		if len(p.approvals) == 0 && !carriesToolResult(tail) {
 			return nil, errdefs.Invalidf("messages: No user message to send (prompt/messages empty)")
 		}
 		p.approvalOnly = true

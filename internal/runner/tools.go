@@ -69,7 +69,14 @@ func (t *turn) toolSet() (*tools.Set, error) {
 	if t.plan.req.RunContext != nil {
 		cfg.RunContext, _ = json.Marshal(t.plan.req.RunContext)
 	}
+	client := map[string]bool{}
+	for _, sp := range t.plan.req.CustomTools {
+		client[sp.Name] = sp.Kind == "client" && sp.Permission == ""
+	}
 	cfg.Check = func(ctx context.Context, c tools.Call) error {
+		if client[c.Tool] {
+			return nil // a client tool's permission defaults to allow (reference 9.9)
+		}
 		v := t.plan.perms.DecideWith(permission.Call{Tool: c.Tool, ToolCallID: c.ID, Args: c.Args}, t.plan.decisions)
 		switch v.Permission {
 		case permission.Allow:
@@ -79,6 +86,7 @@ func (t *turn) toolSet() (*tools.Set, error) {
 		}
 		return fmt.Errorf("%s needs a person's approval, and this call was not approved; ask the user to approve it", c.Tool)
 	}
+	cfg.Client = t.clientCall
 	cfg.OnCall = func(r tools.CallRecord) {
 		t.emit(wire.DataEvent("audit.tool_call", map[string]any{
 			"tool": r.Tool, "callId": r.ID, "args": json.RawMessage(r.Args), "start": r.Start, "durationMs": r.Duration.Milliseconds(),

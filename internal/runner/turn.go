@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentrunner/runner/internal/agent"
@@ -57,6 +58,9 @@ type turn struct {
 	// platform named for a request without one (guarded by svc.mu).
 	observers []TurnObserver
 	project   string
+	// clientPaused is set when a client tool paused the turn: its
+	// harness is never kept warm (the result returns on a cold resume).
+	clientPaused atomic.Bool
 
 	// mu guards the following: events arrive on the harness's reader.
 	mu     sync.Mutex
@@ -253,6 +257,9 @@ func (t *turn) run(ctx context.Context) (out agent.Outcome, err error) {
 		text := p.tailText
 		if p.approvalOnly {
 			text = approvalFrame(history, p.approvals)
+			if len(p.approvals) == 0 {
+				text = clientResultFrame(history)
+			}
 		}
 		if mode == "load" {
 			blocks = append([]json.RawMessage{textBlock(text)}, nonText(p.tail)...)
@@ -273,7 +280,7 @@ func (t *turn) run(ctx context.Context) (out agent.Outcome, err error) {
 	if out, err = lv.sess.Prompt(ctx, blocks, t.fromHarness); err == nil {
 		err = t.diagnose(ctx, lv, out)
 	}
-	return out, err
+	return t.clientPause(ctx, out, err)
 }
 
 // begin records the turn in the ledger and opens its event log. It returns
@@ -624,7 +631,7 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 	if lv.binding != nil {
 		lv.binding.Use(nil)
 	}
-	if t.key != "" && t.svc.pools[lv.provider] != nil && err == nil && (status == store.TurnCompleted || status == store.TurnPaused) {
+	if t.key != "" && t.svc.pools[lv.provider] != nil && err == nil && (status == store.TurnCompleted || status == store.TurnPaused) && !t.clientPaused.Load() {
 		lv.historyFP = historyFingerprint(t.plan.req.Messages)
 		t.mu.Lock()
 		until := t.leaseUntil

@@ -45,6 +45,13 @@ func (s *Set) call(ctx context.Context, rec *CallRecord, raw json.RawMessage) (s
 			return "", err
 		}
 	}
+	if e.spec.Kind == "client" {
+		if s.cfg.Client == nil {
+			rec.Outcome = OutcomeRefused
+			return "", fmt.Errorf("tool %s is fulfilled by the user's browser, which this run cannot reach", rec.Tool)
+		}
+		return s.cfg.Client(ctx, rec.Call)
+	}
 	timeout := s.cfg.DefaultTimeout
 	if e.spec.TimeoutMS > 0 {
 		timeout = time.Duration(e.spec.TimeoutMS)*time.Millisecond + s.cfg.TimeoutGrace

@@ -52,6 +52,10 @@ type Config struct {
 	// call and its text is what the model reads. The runner's permission
 	// guard goes here (reference 9.7).
 	Check func(ctx context.Context, c Call) error
+	// Client, when set, answers calls of kind "client" tools (fulfilled
+	// by the caller's browser): the stored browser output, or an error
+	// for the model after it parked the call.
+	Client func(ctx context.Context, c Call) (string, error)
 	// OnCall, when set, observes every finished call, for audit. It runs on
 	// the call's goroutine and must not block.
 	OnCall func(CallRecord)

@@ -98,7 +98,7 @@ func New(cfg Config, specs []wire.ToolSpec, cb *wire.ToolCallback, logger *slog.
 			s.cfg.RunKind, _ = k.(string)
 		}
 	}
-	if len(s.specs) > 0 {
+	if s.needsCallback() {
 		if err := s.setEndpoint(cb); err != nil {
 			return nil, err
 		}
@@ -123,6 +123,17 @@ func New(cfg Config, specs []wire.ToolSpec, cb *wire.ToolCallback, logger *slog.
 		s.server.AddTool(t, s.Handle)
 	}
 	return s, nil
+}
+
+// needsCallback reports whether a tool posts to the callback: every
+// kind but the browser-fulfilled client tools.
+func (s *Set) needsCallback() bool {
+	for _, e := range s.specs {
+		if e.spec.Kind != "client" {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Set) setEndpoint(cb *wire.ToolCallback) error {
@@ -192,7 +203,7 @@ func validate(sp wire.ToolSpec) (*entry, error) {
 	case "code":
 		return nil, errdefs.Unprocessablef("tool %q: kind \"code\" is not supported: code tools were removed from the runner", sp.Name)
 	case "client":
-		return nil, errdefs.Unprocessablef("tool %q: kind \"client\" (browser-fulfilled) is not supported yet", sp.Name)
+		// Fulfilled by the caller's browser through Config.Client.
 	default:
 		return nil, errdefs.Invalidf("tool %q: unknown kind %q (want callback)", sp.Name, sp.Kind)
 	}

@@ -506,7 +506,6 @@ func TestNewValidatesSpecs(t *testing.T) {
 		{name: "bad name", specs: []wire.ToolSpec{{Name: "a b"}}, cb: cb, class: errdefs.ErrInvalid, msg: "invalid character"},
 		{name: "empty name", specs: []wire.ToolSpec{{Name: ""}}, cb: cb, class: errdefs.ErrInvalid, msg: "empty name"},
 		{name: "code", specs: []wire.ToolSpec{{Name: "a", Kind: "code"}}, cb: cb, class: errdefs.ErrUnprocessable, msg: `kind "code" is not supported`},
-		{name: "client", specs: []wire.ToolSpec{{Name: "a", Kind: "client"}}, cb: cb, class: errdefs.ErrUnprocessable, msg: "client"},
 		{name: "unknown kind", specs: []wire.ToolSpec{{Name: "a", Kind: "magic"}}, cb: cb, class: errdefs.ErrInvalid, msg: "unknown kind"},
 		{name: "call and callRef", specs: []wire.ToolSpec{{Name: "a", CallRef: "x", Call: json.RawMessage(`{"method":"GET","path":"/x"}`)}}, cb: cb, class: errdefs.ErrInvalid, msg: "both call and callRef"},
 		{name: "direct method", specs: []wire.ToolSpec{{Name: "a", Call: json.RawMessage(`{"method":"PATCH","path":"/x"}`)}}, cb: cb, class: errdefs.ErrInvalid, msg: "not allowed"},
