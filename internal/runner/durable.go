@@ -16,6 +16,7 @@ import (
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/sandbox"
+	"github.com/agentrunner/runner/internal/store"
 	"github.com/agentrunner/runner/internal/workspace"
 	"github.com/agentrunner/runner/internal/workspace/tree"
 )
@@ -277,6 +278,32 @@ func (d *durable) checkpoint(ctx context.Context, t *turn) error {
 		d.bases[i] = man
 		if st.Wrote {
 			t.log.Debug("workspace checkpoint", "mount", m.Name, "entries", st.Entries, "copied", st.Transferred, "bytes", st.Bytes, "removed", st.Deleted)
+		}
+	}
+	return nil
+}
+
+// removeWorkspace deletes a deleted session's durable files from the
+// runner's own store (the manifest first, so a partial delete never leaves
+// a manifest naming missing files). The agent folder is shared and stays.
+func (s *Service) removeWorkspace(ctx context.Context, sess store.Session) error {
+	if s.cfg.Workspaces == nil {
+		return nil
+	}
+	stores, ok, err := s.cfg.Workspaces.Resolve(ctx, workspace.Target{ProjectID: sess.ProjectID, SessionID: sess.ID})
+	if err != nil || !ok {
+		return err
+	}
+	keys, err := stores.Session.List(ctx, "")
+	if err != nil {
+		return err
+	}
+	if err := stores.Session.Delete(ctx, workspace.ManifestKey); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := stores.Session.Delete(ctx, k); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -219,3 +219,22 @@ func TestDaytonaWorkspaceSurvivesDeletedSandbox(t *testing.T) {
 		}
 	}
 }
+
+func TestDeleteSessionRemovesItsWorkspace(t *testing.T) {
+	st := sharedStore(t)
+	storeDir := t.TempDir()
+	e := durableEnv(t, st, storeDir)
+	collect(t, e.svc, agentReq("s", "agent-1", "exec echo a > a.txt && echo shared > agent-files/n.txt"))
+	if _, err := os.Stat(filepath.Join(storeDir, "sessions/p/s/a.txt")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.svc.DeleteSession(t.Context(), "s"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(storeDir, "sessions/p/s")); !os.IsNotExist(err) {
+		t.Fatalf("session files outlived DELETE: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(storeDir, "agents/p/agent-1/n.txt")); err != nil {
+		t.Fatalf("the agent folder went with one of its sessions: %v", err)
+	}
+}

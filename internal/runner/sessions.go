@@ -174,6 +174,9 @@ func (s *Service) DeleteSession(ctx context.Context, id string) error {
 			}
 		}
 	}
+	if err := s.removeWorkspace(ctx, sess); err != nil { // durable.go
+		return fmt.Errorf("remove the durable workspace of session %s: %w", id, err)
+	}
 	s.mu.Lock()
 	delete(s.paused, id)
 	s.mu.Unlock()

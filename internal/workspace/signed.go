@@ -46,7 +46,7 @@ func (s Signed) Resolve(ctx context.Context, t Target) (Stores, bool, error) {
 		}
 		return s.Fallback.Resolve(ctx, t)
 	}
-	if t.SessionID == "" || s.Signer == nil {
+	if t.SessionID == "" || s.Signer == nil || t.Request == nil {
 		return fallback()
 	}
 	signer, ok := s.Signer(t.Request)

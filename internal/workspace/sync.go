@@ -451,6 +451,10 @@ func upload(ctx context.Context, tr Tree, m Mount, paths []string) (map[string]t
 	}
 	sem := make(chan struct{}, workers)
 	out := make(map[string]tree.Entry, len(paths))
+	asked := make(map[string]bool, len(paths))
+	for _, p := range paths {
+		asked[p] = true
+	}
 	var total int64
 	trd := tar.NewReader(rc)
 	for {
@@ -467,9 +471,13 @@ func upload(ctx context.Context, tr Tree, m Mount, paths []string) (map[string]t
 		}
 		rel, err := tree.Clean(hdr.Name)
 		if err != nil {
-			fail(err)
+			fail(fmt.Errorf("checkpoint %s: export from the sandbox: %w", m.Name, err))
 			break
 		}
+		if !asked[rel] {
+			continue // the sandbox's stream is not trusted to name other keys
+		}
+		delete(asked, rel)
 		e := tree.Entry{Path: rel, Kind: tree.File, Mode: uint32(hdr.Mode & 0o7777), Size: hdr.Size, MTime: hdr.ModTime.UnixNano()}
 		total += hdr.Size
 		if hdr.Size > inMemory {

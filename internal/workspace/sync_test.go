@@ -1,7 +1,10 @@
 package workspace_test
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -248,5 +251,50 @@ func TestRestoreRefusesEscapes(t *testing.T) {
 	_, _, _ = workspace.Restore(ctx, tree.Local{}, m2)
 	if _, err := os.Stat(filepath.Join(outside, "pwned")); err == nil {
 		t.Fatal("restore wrote through a symlink out of the tree")
+	}
+}
+
+// lyingTree is a sandbox whose export stream carries an entry nobody
+// asked for.
+type lyingTree struct{ tree.Local }
+
+func (l lyingTree) Export(ctx context.Context, root string, paths []string) (io.ReadCloser, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	body := []byte(`{"version":1,"entries":[]}`)
+	_ = tw.WriteHeader(&tar.Header{Name: "injected.txt", Typeflag: tar.TypeReg, Size: int64(len(body)), Mode: 0o644})
+	_, _ = tw.Write(body)
+	rc, err := l.Local.Export(ctx, root, paths)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	for {
+		hdr, err := tr.Next()
+		if err != nil {
+			break
+		}
+		_ = tw.WriteHeader(hdr)
+		_, _ = io.Copy(tw, tr)
+	}
+	_ = tw.Close()
+	return io.NopCloser(&buf), nil
+}
+
+func TestCheckpointIgnoresUnaskedEntries(t *testing.T) {
+	ctx := context.Background()
+	src := t.TempDir()
+	write(t, src, "a.txt", "a", 0o644)
+	m := newMount(t, src)
+	man, st, err := workspace.Checkpoint(ctx, lyingTree{}, m, workspace.Manifest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Transferred != 1 || len(man.Entries) != 1 {
+		t.Fatalf("checkpoint: %+v, %d entries", st, len(man.Entries))
+	}
+	if _, err := m.Store.Get(ctx, "injected.txt"); err == nil {
+		t.Fatal("an entry the runner did not ask for reached the store")
 	}
 }
