@@ -45,6 +45,7 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 	session := fs.String("session", "", "continue this session, or start it: warm on a running service that holds it, cold from the ledger otherwise")
 	project := fs.String("project", "", "the session's project (default: cli)")
 	workdir := fs.String("workdir", "", "run the harness in this directory, bound writable into the sandbox (in-process only)")
+	requestFile := fs.String("request", "", "a run request as a JSON file (model connection, permissions, ...); the prompt is added as its last user message")
 	base := fs.String("url", "", "run on the service at this base URL (token from AGENTA_RUNNER_TOKEN) instead of in-process")
 	if code, ok := parseFlags(fs, args, stdout); !ok {
 		return code
@@ -78,9 +79,15 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 		return fail("give the prompt once: -prompt or arguments, not both")
 	}
 	var req *wire.Request
-	if text != "" {
+	switch {
+	case *requestFile != "":
+		var err error
+		if req, err = requestFrom(*requestFile, text, cfg.MaxBodyBytes); err != nil {
+			return fail("-request %s: %v", *requestFile, err)
+		}
+	case text != "":
 		req = &wire.Request{Messages: []wire.Message{{Role: "user", Content: wire.MessageContent{Text: text, IsText: true}}}}
-	} else {
+	default:
 		if f, ok := stdin.(*os.File); ok && isTerminal(f) {
 			return fail("give a prompt (-prompt or arguments), or pipe a run request as JSON on stdin")
 		}
@@ -452,4 +459,38 @@ func randomID() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// requestFrom reads a run request from a file and appends the prompt,
+// if any, as a user message: the settings a person keeps, with the
+// question of the moment.
+func requestFrom(path, prompt string, limit int64) (*wire.Request, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	body, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(body)) > limit {
+		return nil, fmt.Errorf("larger than %d bytes (AGENTA_RUNNER_MAX_BODY_BYTES)", limit)
+	}
+	if prompt != "" {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(body, &m); err != nil {
+			return nil, fmt.Errorf("not a JSON object: %w", err)
+		}
+		var msgs []json.RawMessage
+		if raw, ok := m["messages"]; ok {
+			if err := json.Unmarshal(raw, &msgs); err != nil {
+				return nil, fmt.Errorf("messages: %w", err)
+			}
+		}
+		msg, _ := json.Marshal(map[string]string{"role": "user", "content": prompt})
+		m["messages"], _ = json.Marshal(append(msgs, msg))
+		body, _ = json.Marshal(m)
+	}
+	return wire.Decode(body)
 }

@@ -483,3 +483,22 @@ func TestSessionsTailFollowsLive(t *testing.T) {
 	// The tail renders the turn it watched; its last event is done.
 	tail.waitFor(t, `(?s)› say first turn\n.*first turn\n─ end_turn\n.*⏺ Read  x\n  ⎿ data\n.*second turn\n─ end_turn\n`)
 }
+
+// -request keeps a person's settings in a file; the prompt is added.
+func TestRunRequestFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "req.json")
+	if err := os.WriteFile(file, []byte(`{"harness":"fake","permissions":{"default":"allow"}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run(t.Context(), []string{"run", "-o", "text", "-request", file, "say now"}, testEnv(t), nil, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "now\n") {
+		t.Fatalf("code %d: %q %s", code, out.String(), errb.String())
+	}
+	if err := os.WriteFile(file, []byte(`[1]`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	errb.Reset()
+	if code := run(t.Context(), []string{"run", "-request", file, "say now"}, testEnv(t), nil, io.Discard, &errb); code != 2 || !strings.Contains(errb.String(), "-request "+file+": not a JSON object") {
+		t.Fatalf("bad file: code %d: %s", code, errb.String())
+	}
+}
