@@ -16,6 +16,7 @@ import (
 	"github.com/agentrunner/runner/internal/agent/acp"
 	"github.com/agentrunner/runner/internal/config"
 	"github.com/agentrunner/runner/internal/gateway"
+	"github.com/agentrunner/runner/internal/metrics"
 	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandbox/daytona"
@@ -43,8 +44,10 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 }
 
 // buildService wires the implementations the configuration names. The
-// returned close function releases the store.
-func buildService(ctx context.Context, cfg config.Config, environ []string, log *slog.Logger) (*runner.Service, func(), error) {
+// returned close function releases the store. obs receives the metrics
+// (nil: none); it also implements metrics.Platform and metrics.Checkpoints
+// when it is serve's.
+func buildService(ctx context.Context, cfg config.Config, environ []string, log *slog.Logger, obs metrics.Observer) (*runner.Service, func(), error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("data dir %s: %w (set AGENTA_RUNNER_DATA_DIR to a writable directory)", cfg.DataDir, err)
 	}
@@ -70,7 +73,7 @@ func buildService(ctx context.Context, cfg config.Config, environ []string, log 
 			return nil, nil, err
 		}
 	}
-	svc, err := newService(cfg, environ, log, st, replica, tc, gw)
+	svc, err := newService(cfg, environ, log, st, replica, tc, gw, obs)
 	if err != nil {
 		stopTools()
 		if gw != nil {
@@ -158,7 +161,7 @@ func replicaID(cfg config.Config) (string, error) {
 	return id, nil
 }
 
-func newService(cfg config.Config, environ []string, log *slog.Logger, st store.Store, replica string, tc runner.ToolsConfig, gw *gateway.Gateway) (*runner.Service, error) {
+func newService(cfg config.Config, environ []string, log *slog.Logger, st store.Store, replica string, tc runner.ToolsConfig, gw *gateway.Gateway, obs metrics.Observer) (*runner.Service, error) {
 	var providers []sandbox.Provider
 	for _, name := range cfg.EnabledProviders {
 		switch name {
@@ -213,6 +216,7 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 		Binds:           harnessBinds(cfg, log),
 		Observers:       observers(cfg, replica, log),
 		Workdir:         cfg.Workdir,
+		Metrics:         obs,
 		Logger:          log,
 	}, providers, &acp.Driver{ClientVersion: version}, st)
 }

@@ -77,7 +77,8 @@ func TestServeReportsEveryConfigProblem(t *testing.T) {
 
 func TestServeTurnAndShutdown(t *testing.T) {
 	port := freePort(t)
-	env := testEnv(t, "AGENTA_RUNNER_TOKEN="+testToken, "AGENTA_RUNNER_PORT="+strconv.Itoa(port))
+	// The turn sleeps past the drain: shutdown cancels it.
+	env := testEnv(t, "AGENTA_RUNNER_TOKEN="+testToken, "AGENTA_RUNNER_PORT="+strconv.Itoa(port), "AGENTA_RUNNER_SHUTDOWN_TIMEOUT_MS=300")
 	ctx, cancel := context.WithCancel(t.Context())
 	var stderr syncBuffer
 	done := make(chan int, 1)

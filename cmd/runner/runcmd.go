@@ -166,7 +166,7 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 			level = "error" // a failed turn is shown by the renderer
 		}
 		log := newLogger(stderr, level)
-		svc, closeStore, err := buildService(ctx, cfg, environ, log)
+		svc, closeStore, err := buildService(ctx, cfg, environ, log, nil)
 		if err != nil {
 			fmt.Fprintln(stderr, "runner:", err)
 			return 1

@@ -12,6 +12,7 @@ import (
 	"github.com/agentrunner/runner/internal/api"
 	"github.com/agentrunner/runner/internal/config"
 	"github.com/agentrunner/runner/internal/logkey"
+	"github.com/agentrunner/runner/internal/metrics/prom"
 )
 
 func loadConfig(environ []string, stderr io.Writer) (config.Config, bool) {
@@ -53,12 +54,20 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 	log := newLogger(stderr, cfg.LogLevel)
 	log.Info("runner config " + cfg.Summary())
 
-	svc, closeStore, err := buildService(ctx, cfg, environ, log)
+	m := prom.New()
+	svc, closeStore, err := buildService(ctx, cfg, environ, log, m)
 	if err != nil {
 		fmt.Fprintln(stderr, "runner:", err)
 		return 1
 	}
 	defer closeStore()
+	m.Watch(svc)
+	routes, stopMetrics, err := metricsEndpoint(cfg, m, log)
+	if err != nil {
+		fmt.Fprintln(stderr, "runner:", err)
+		return 1
+	}
+	defer stopMetrics()
 	if _, err := svc.Recover(ctx); err != nil {
 		fmt.Fprintln(stderr, "runner: recover after restart:", err)
 		return 1
@@ -77,8 +86,9 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 			return map[string]any{"harnesses": svc.Harnesses(), "harnessesInstalled": harnessStatus(cfg), "providers": svc.Providers(), "inFlight": svc.InFlight(), "warm": svc.Warm()}
 		},
 		SubscriptionStatus: func() map[string]any { return subscriptionStatus(cfg, environ) },
+		Ready:              svc.Ready,
 		Logger:             log,
-	}, svc)
+	}, svc, routes...)
 
 	ln, err := net.Listen("tcp", cfg.Addr())
 	if err != nil {
@@ -96,12 +106,13 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 		return 1
 	case <-ctx.Done():
 	}
-	log.Info("shutting down: cancelling in-flight turns")
+	drain(ctx, cfg, svc, log)
 	reaper.Stop() // before the turns park their sandboxes
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancel()
-	// Stop accepting, cancel turns (their streams end with a result), then
-	// wait for handlers to finish writing.
+	// Stop accepting, cancel what is left of the turns (their streams end
+	// with a result), park the warm sessions, then wait for handlers to
+	// finish writing.
 	go func() { _ = srv.Shutdown(sctx) }()
 	if err := svc.Shutdown(sctx); err != nil {
 		log.Warn("shutdown: turns still tearing down at the deadline", logkey.Error, err)

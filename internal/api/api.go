@@ -35,6 +35,8 @@ type Config struct {
 	KillTimeout      time.Duration
 	// Health returns the extra /health fields (harnesses, providers …).
 	Health func() map[string]any
+	// Ready reports whether the replica takes new turns (nil: always).
+	Ready func() error
 	// SubscriptionStatus returns the /subscription-status harness map.
 	SubscriptionStatus func() map[string]any
 	Logger             *slog.Logger
@@ -74,6 +76,7 @@ func New(cfg Config, r *runner.Service, extra ...Route) *Handler {
 	}
 	h := &Handler{cfg: cfg, runner: r, log: cfg.Logger, mux: http.NewServeMux()}
 	h.mux.HandleFunc("GET /health", h.health)
+	h.mux.HandleFunc("GET /ready", h.ready)
 	h.mux.Handle("GET /subscription-status", h.auth(http.HandlerFunc(h.subscription)))
 	h.mux.Handle("POST /run", h.auth(http.HandlerFunc(h.run)))
 	h.mux.Handle("POST /stream", h.auth(http.HandlerFunc(h.run)))
@@ -164,6 +167,10 @@ func (h *Handler) authorized(r *http.Request) bool {
 }
 
 func (h *Handler) health(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Has("ready") {
+		h.ready(w, r)
+		return
+	}
 	body := map[string]any{
 		"status":   "ok",
 		"runner":   h.cfg.Version,

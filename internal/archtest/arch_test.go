@@ -44,6 +44,7 @@ var implementations = []string{
 	"internal/store/sqlite", "internal/store/postgres",
 	"internal/agent/acp",
 	"internal/workspace/fs", "internal/workspace/s3",
+	"internal/metrics/prom",
 }
 
 func rel(path string) string { return strings.TrimPrefix(path, module+"/") }

@@ -73,6 +73,9 @@ type Config struct {
 	MCPHostAllowlist []string
 	ShutdownTimeout  time.Duration
 	PingInterval     time.Duration
+	// MetricsAddr, when set, serves /metrics there without the token;
+	// otherwise /metrics is on the main port behind it.
+	MetricsAddr string
 
 	Daytona Daytona
 }
@@ -144,6 +147,7 @@ func Load(environ []string) (Config, []string, error) {
 		MCPHostAllowlist: l.list("AGENTA_AGENT_MCPS_HOST_ALLOWLIST"),
 		ShutdownTimeout:  l.ms("AGENTA_RUNNER_SHUTDOWN_TIMEOUT_MS", 10_000),
 		PingInterval:     l.ms("AGENTA_RUNNER_STREAM_PING_MS", 15_000),
+		MetricsAddr:      l.listenAddr("AGENTA_RUNNER_METRICS_ADDR"),
 	}
 	c.HarnessDir = l.str("AGENTA_RUNNER_HARNESS_DIR", filepath.Join(c.DataDir, "harnesses"))
 	c.Platform = loadPlatform(l)

@@ -70,6 +70,7 @@ func (t *turn) permission(ctx context.Context, req agent.PermissionRequest) agen
 	}
 	v := t.plan.perms.DecideWith(call, t.plan.decisions)
 	audit := func(outcome, by string) {
+		t.svc.cfg.Metrics.Approval(outcome, by)
 		t.emit(wire.DataEvent("audit.permission", map[string]any{
 			"tool": name, "toolCallId": req.ToolCallID, "args": rawOrEmpty(req.RawInput), "outcome": outcome,
 			"decidedBy": by, "source": v.Source, "rule": v.Rule, "at": time.Now().UTC(),

@@ -17,6 +17,7 @@ import (
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/gateway"
 	"github.com/agentrunner/runner/internal/logkey"
+	"github.com/agentrunner/runner/internal/metrics"
 	"github.com/agentrunner/runner/internal/pool"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/store"
@@ -90,6 +91,10 @@ type Config struct {
 	// Observers follow every session turn (the platform mirror, traces).
 	Observers []Observer
 
+	// Metrics is told of turns, tool calls and approvals; nil observes
+	// nothing.
+	Metrics metrics.Observer
+
 	Logger *slog.Logger
 }
 
@@ -117,6 +122,7 @@ type Service struct {
 	inflight map[*turn]struct{}
 	busy     map[string]*turn // session key -> its running turn
 	closing  bool
+	draining bool // Drain began: no new turns, the running ones finish
 	// held caches, per session this replica holds the lease of, when the
 	// lease ends and the session record as its last turn left it: while
 	// the lease holds nobody else writes the session, so a warm turn needs
@@ -135,6 +141,9 @@ type harness struct {
 func New(cfg Config, providers []sandbox.Provider, driver agent.Driver, st store.Store) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.Nop{}
 	}
 	if cfg.TeardownTimeout <= 0 {
 		cfg.TeardownTimeout = 10 * time.Second
@@ -276,7 +285,7 @@ func (s *Service) Start(ctx context.Context, req *wire.Request) (*Turn, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &turn{svc: s, plan: p, done: make(chan struct{}), index: -1,
+	t := &turn{svc: s, plan: p, done: make(chan struct{}), index: -1, obs: turnObs{start: time.Now()},
 		log: s.log.With(logkey.Session, req.SessionID, logkey.Turn, req.TurnID, logkey.Harness, p.harness.spec.Name, logkey.Provider, p.provider)}
 	if req.SessionID != "" {
 		t.key = projectOf(req) + ":" + req.SessionID
@@ -343,6 +352,7 @@ func (s *Service) run(ctx context.Context, t *turn, sink Sink) (wire.Result, err
 		// cancellation, as when it stops a running prompt.
 		err, out.StopReason = nil, agent.StopCancelled
 	}
+	defer func() { s.meterTurn(t, out, err) }()
 	if cause := context.Cause(ctx); err == nil && out.StopReason == agent.StopCancelled && (errors.Is(cause, errKilled) || errors.Is(cause, errShutdown) || errors.Is(cause, errDeleted) || errors.Is(cause, errdefs.ErrExhausted)) {
 		// Stopped by the operator, not finished: the caller must not take
 		// the partial output for an answer.
@@ -385,9 +395,9 @@ func failed(res wire.Result, err error) wire.Result {
 // the session's lease, so no other replica runs it at the same time.
 func (s *Service) claim(ctx context.Context, t *turn) error {
 	s.mu.Lock()
-	if s.closing {
+	if s.closing || s.draining {
 		s.mu.Unlock()
-		return errdefs.With(errdefs.ErrUnavailable, errors.New("runner is shutting down"))
+		return errDraining
 	}
 	if t.key != "" {
 		if other, ok := s.busy[t.key]; ok {
@@ -459,7 +469,7 @@ func (s *Service) unclaim(t *turn) {
 func (s *Service) register(t *turn) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closing {
+	if s.closing || s.draining {
 		return errdefs.With(errdefs.ErrUnavailable, errors.New("runner is shutting down"))
 	}
 	s.inflight[t] = struct{}{}
@@ -532,13 +542,7 @@ func projectOf(r *wire.Request) string {
 // Shutdown refuses new turns, cancels in-flight ones, releases warm
 // sessions and waits for all teardown, bounded by ctx.
 func (s *Service) Shutdown(ctx context.Context) error {
-	s.mu.Lock()
-	s.closing = true
-	turns := make([]*turn, 0, len(s.inflight))
-	for t := range s.inflight {
-		turns = append(turns, t)
-	}
-	s.mu.Unlock()
+	turns := s.stopTaking(&s.closing)
 	for _, t := range turns {
 		t.cancel(errShutdown)
 	}

@@ -61,6 +61,7 @@ type turn struct {
 	// clientPaused is set when a client tool paused the turn: its
 	// harness is never kept warm (the result returns on a cold resume).
 	clientPaused atomic.Bool
+	obs          turnObs // for metrics (metrics.go)
 
 	// mu guards the following: events arrive on the harness's reader.
 	mu     sync.Mutex
@@ -106,6 +107,7 @@ func (t *turn) fromHarness(ev wire.Event) {
 	if t.watch != nil {
 		t.watch.touch()
 	}
+	t.meterEvent(ev)
 	t.emit(ev)
 }
 
@@ -213,6 +215,7 @@ func (t *turn) run(ctx context.Context) (out agent.Outcome, err error) {
 		lv = t.warm()
 		if lv != nil {
 			mode = "warm"
+			t.obs.warm = true
 		}
 	}
 	var prior []wire.Message

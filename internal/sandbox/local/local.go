@@ -150,9 +150,7 @@ func New(cfg Config) (*Provider, error) {
 		log.Info("local sandboxes are unconfined host processes (AGENTA_RUNNER_LOCAL_ISOLATION=none); for development only")
 		return p, nil
 	}
-	bwrapErr := func(err error) error {
-		return errdefs.With(errdefs.ErrUnavailable, fmt.Errorf("local isolation bwrap does not work on this host: %w; either fix the host (install the bubblewrap package; in a container, allow user namespaces and a fresh /proc: docker run --security-opt seccomp=unconfined --security-opt apparmor=unconfined --security-opt systempaths=unconfined) or run unconfined with AGENTA_RUNNER_LOCAL_ISOLATION=none", err))
-	}
+	bwrapErr := func(err error) error { return bwrapUnavailable(err, procFiles) }
 	if p.bw, err = newBwrap(cfg); err != nil {
 		return nil, bwrapErr(err)
 	}
@@ -166,6 +164,7 @@ func New(cfg Config) (*Provider, error) {
 	if err := p.probe(context.Background()); err != nil {
 		return nil, bwrapErr(err)
 	}
+	warnNetwork(log, procFiles)
 	return p, nil
 }
 

@@ -1,0 +1,41 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/agentrunner/runner/internal/api"
+	"github.com/agentrunner/runner/internal/config"
+	"github.com/agentrunner/runner/internal/logkey"
+	"github.com/agentrunner/runner/internal/metrics/prom"
+)
+
+// metricsEndpoint serves /metrics: on its own listener, unauthenticated,
+// when AGENTA_RUNNER_METRICS_ADDR is set (for a scraper inside the
+// cluster network), else as a route on the main port behind the token.
+// It returns the routes to add to the main handler and a stop function.
+func metricsEndpoint(cfg config.Config, m *prom.Metrics, log *slog.Logger) ([]api.Route, func(), error) {
+	if cfg.MetricsAddr == "" {
+		return []api.Route{{Pattern: "GET /metrics", Handler: m.Handler()}}, func() {}, nil
+	}
+	ln, err := net.Listen("tcp", cfg.MetricsAddr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("metrics listen on %s: %w (set AGENTA_RUNNER_METRICS_ADDR)", cfg.MetricsAddr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", logkey.Error, err)
+		}
+	}()
+	log.Info("metrics listening", logkey.Addr, ln.Addr().String())
+	return nil, func() { _ = srv.Close(); <-done }, nil
+}

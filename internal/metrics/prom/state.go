@@ -1,0 +1,62 @@
+package prom
+
+import (
+	"github.com/agentrunner/runner/internal/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// stateCollector reads the gauges from the runner at scrape time, so the
+// turn path never updates them.
+type stateCollector struct {
+	state     metrics.State
+	inFlight  *prometheus.Desc
+	warm      *prometheus.Desc
+	awaiting  *prometheus.Desc
+	capacity  *prometheus.Desc
+	sandboxes *prometheus.Desc
+	errors    prometheus.Counter
+}
+
+func newStateCollector(s metrics.State) *stateCollector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, nil)
+	}
+	return &stateCollector{
+		state:     s,
+		inFlight:  d("turns_in_flight", "Turns running on this replica now."),
+		warm:      d("pool_warm_sessions", "Sessions this replica keeps warm (harness and sandbox alive), by provider.", "provider"),
+		awaiting:  d("pool_awaiting_approval", "Warm sessions parked waiting for a person's approval, by provider.", "provider"),
+		capacity:  d("pool_capacity", "Most sessions the provider's warm pool keeps (AGENTA_RUNNER_POOL_MAX or the provider's own setting).", "provider"),
+		sandboxes: d("sandboxes", "Sandboxes the shared store records as not destroyed, by provider and state (all replicas on the store).", "provider", "state"),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "scrape_errors_total",
+			Help: "Scrapes that could not read the sandbox counts from the store.",
+		}),
+	}
+}
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.inFlight
+	ch <- c.warm
+	ch <- c.awaiting
+	ch <- c.capacity
+	ch <- c.sandboxes
+	c.errors.Describe(ch)
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(c.state.InFlight()))
+	for _, p := range c.state.Pools() {
+		ch <- prometheus.MustNewConstMetric(c.warm, prometheus.GaugeValue, float64(p.Warm), p.Provider)
+		ch <- prometheus.MustNewConstMetric(c.awaiting, prometheus.GaugeValue, float64(p.Awaiting), p.Provider)
+		ch <- prometheus.MustNewConstMetric(c.capacity, prometheus.GaugeValue, float64(p.Capacity), p.Provider)
+	}
+	counts, err := c.state.Sandboxes()
+	if err != nil {
+		c.errors.Inc()
+	}
+	for _, s := range counts {
+		ch <- prometheus.MustNewConstMetric(c.sandboxes, prometheus.GaugeValue, float64(s.N), s.Provider, s.State)
+	}
+	c.errors.Collect(ch)
+}

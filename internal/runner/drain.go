@@ -1,0 +1,47 @@
+package runner
+
+import (
+	"context"
+	"errors"
+
+	"github.com/agentrunner/runner/internal/errdefs"
+)
+
+// errDraining refuses turns while the replica drains: the caller should
+// retry, and a load balancer sends the retry to another replica.
+var errDraining = errdefs.With(errdefs.ErrUnavailable, errors.New("runner is shutting down (draining for a restart): it takes no new turns; retry, and the turn goes to another replica"))
+
+// Drain is the first step of a graceful stop: from now on the replica is
+// not ready and refuses new turns; Drain waits, bounded by ctx, for the
+// turns in flight to finish on their own. It returns ctx's error when some
+// are still running at the deadline; Shutdown then cancels them and parks
+// the warm sessions.
+func (s *Service) Drain(ctx context.Context) error {
+	for _, t := range s.stopTaking(&s.draining) {
+		t.waitDone(ctx)
+	}
+	return ctx.Err()
+}
+
+// stopTaking sets flag (draining or closing), after which no turn
+// registers, and returns the turns in flight.
+func (s *Service) stopTaking(flag *bool) []*turn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	*flag = true
+	turns := make([]*turn, 0, len(s.inflight))
+	for t := range s.inflight {
+		turns = append(turns, t)
+	}
+	return turns
+}
+
+// Ready reports whether the replica takes new turns: nil, or why not.
+func (s *Service) Ready() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining || s.closing {
+		return errDraining
+	}
+	return nil
+}
