@@ -87,7 +87,7 @@ func TestS3StoreDownFailsTheTurn(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	lease := workspace.Lease{Endpoint: "http://" + addr, Region: "us-east-1", Bucket: "b", Prefix: "p", AccessKey: "k", SecretKey: "s", Permanent: true}
+	lease := workspace.Lease{Endpoint: "http://" + addr, Region: "us-east-1", Bucket: "bucket", Prefix: "p", AccessKey: "k", SecretKey: "s", Permanent: true}
 	st := sharedStore(t)
 	e := durableEnv(t, st, t.TempDir(), func(c *runner.Config) {
 		c.Workspaces = workspace.Configured{Base: s3.New(workspace.NewKeeper(workspace.Static(lease), nil), s3.Options{MaxRetries: 1})}

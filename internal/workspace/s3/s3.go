@@ -7,6 +7,7 @@
 package s3
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -219,17 +220,21 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	if err := workspace.ValidKey(key); err != nil {
 		return nil, err
 	}
-	var obj *minio.Object
+	var obj io.ReadCloser
 	err := s.do(ctx, "get", func() error { return nil }, func(c *minio.Client, l workspace.Lease) error {
 		o, err := c.GetObject(ctx, l.Bucket, objectKey(l, key), minio.GetObjectOptions{})
 		if err != nil {
 			return err
 		}
-		if _, err := o.Stat(); err != nil { // the request happens here
+		// The GET happens at the first read: read one byte here, so that a
+		// refusal is seen (and retried) now, in one request.
+		var first [1]byte
+		n, err := o.Read(first[:])
+		if err != nil && !errors.Is(err, io.EOF) {
 			o.Close()
 			return err
 		}
-		obj = o
+		obj = readCloser{Reader: io.MultiReader(bytes.NewReader(first[:n]), o), Closer: o}
 		return nil
 	})
 	if err != nil {
@@ -239,6 +244,11 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 		return nil, workspace.StoreError(s.String(), "get "+key, err)
 	}
 	return obj, nil
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
 }
 
 // Delete implements workspace.Store.

@@ -145,7 +145,7 @@ func TestStoreDown(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	lease := workspace.Lease{Endpoint: "http://" + addr, Region: "us-east-1", Bucket: "b", Prefix: "p", AccessKey: "k", SecretKey: "s", Permanent: true}
+	lease := workspace.Lease{Endpoint: "http://" + addr, Region: "us-east-1", Bucket: "bucket", Prefix: "p", AccessKey: "k", SecretKey: "s", Permanent: true}
 	st := s3.New(workspace.NewKeeper(workspace.Static(lease), nil), s3.Options{MaxRetries: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

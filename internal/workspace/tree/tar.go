@@ -295,8 +295,25 @@ func (l Local) Scan(ctx context.Context, root string, opt ScanOptions) (Result, 
 // Export streams the named entries of root as tar.
 func (l Local) Export(ctx context.Context, root string, paths []string) (io.ReadCloser, error) {
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(Export(root, paths, pw)) }() // ends when the reader closes
-	return pr, nil
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pw.CloseWithError(Export(root, paths, pw))
+	}()
+	return &exportStream{PipeReader: pr, done: done}, nil
+}
+
+// exportStream is an export's reading end; Close stops the writer and
+// waits for it.
+type exportStream struct {
+	*io.PipeReader
+	done chan struct{}
+}
+
+func (e *exportStream) Close() error {
+	e.PipeReader.CloseWithError(errors.New("export reader closed"))
+	<-e.done
+	return nil
 }
 
 // Import applies a tar stream to root.
