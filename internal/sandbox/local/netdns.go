@@ -36,6 +36,8 @@ type dnsForwarder struct {
 	onEvent func(string, map[string]any)
 	// open adds addresses to the sandbox's tables.
 	open func([]netip.Addr) error
+	// lookup is the host's resolver.
+	lookup func(ctx context.Context, network, host string) ([]netip.Addr, error)
 
 	wg    sync.WaitGroup
 	mu    sync.Mutex
@@ -49,7 +51,7 @@ func startDNS(path string, allow *allowlist, log *slog.Logger, onEvent func(stri
 	if err != nil {
 		return nil, err
 	}
-	d := &dnsForwarder{path: path, ln: ln, allow: allow, log: log, onEvent: onEvent, open: open, conns: map[net.Conn]struct{}{}}
+	d := &dnsForwarder{path: path, ln: ln, allow: allow, log: log, onEvent: onEvent, open: open, lookup: net.DefaultResolver.LookupNetIP, conns: map[net.Conn]struct{}{}}
 	d.wg.Go(d.accept)
 	return d, nil
 }
@@ -133,7 +135,7 @@ func (d *dnsForwarder) answer(msg []byte) []byte {
 	}
 	if network != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		ips, err := net.DefaultResolver.LookupNetIP(ctx, network, name)
+		ips, err := d.lookup(ctx, network, name)
 		cancel()
 		var dnsErr *net.DNSError
 		switch {

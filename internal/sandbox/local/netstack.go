@@ -247,17 +247,34 @@ func (n *netstack) policy(s *Sandbox) netPolicy {
 		}
 		s.mu.Unlock()
 	}
+	pol.Refuse = append(pol.Refuse, hostAddrs()...)
+	return pol
+}
+
+// hostAddrs are the host's own addresses, read now since they change.
+func hostAddrs() []netip.Prefix {
+	var out []netip.Prefix
 	if addrs, err := net.InterfaceAddrs(); err == nil {
 		for _, a := range addrs {
 			if ipn, ok := a.(*net.IPNet); ok {
 				if ip, ok := netip.AddrFromSlice(ipn.IP); ok {
 					ip = ip.Unmap()
-					pol.Refuse = append(pol.Refuse, netip.PrefixFrom(ip, ip.BitLen()))
+					out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
 				}
 			}
 		}
 	}
-	return pol
+	return out
+}
+
+// refusedAddr reports whether a lies in a refused range or is the host's.
+func refusedAddr(a netip.Addr, host []netip.Prefix) bool {
+	for _, p := range append(refusedRanges[:len(refusedRanges):len(refusedRanges)], host...) {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // netAttach is one launch's slirp4netns.
@@ -621,10 +638,18 @@ func (s *Sandbox) startDNS() error {
 // openResolved opens addresses the DNS forwarder hands out in the table of
 // every live process of s, and in those of processes started later.
 func (s *Sandbox) openResolved(addrs []netip.Addr) error {
+	// A listed name that resolves to a private or host address (DNS
+	// rebinding onto the metadata endpoint) opens nothing: only listed IPs
+	// and CIDRs open those.
+	host := hostAddrs()
 	s.mu.Lock()
 	var fresh []netip.Addr
 	for _, a := range addrs {
 		a = a.Unmap()
+		if refusedAddr(a, host) {
+			s.log.Info("network blocked: a listed name resolved to a refused address", "address", a)
+			continue
+		}
 		if !slices.Contains(s.resolved, a) {
 			fresh = append(fresh, a)
 		}

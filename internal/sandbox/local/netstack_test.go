@@ -49,6 +49,12 @@ const (
 	simNotAllowed = "10.9.1.5"
 )
 
+// simNames are what inet's DNS server knows; simRebind points a listed
+// name at the metadata endpoint.
+var simNames = map[string]string{simName: simPublic, simRebind: "169.254.169.254"}
+
+const simRebind = "rebind.test"
+
 // simRefused has one listening address in inet for each refused range
 // that can hold one.
 var simRefused = []string{
@@ -229,13 +235,14 @@ func serveDNS(pc net.PacketConn) {
 		}
 		resp := dnsmessage.Message{Header: dnsmessage.Header{ID: q.ID, Response: true, Authoritative: true}, Questions: q.Questions}
 		qq := q.Questions[0]
-		if strings.EqualFold(qq.Name.String(), simName+".") && qq.Type == dnsmessage.TypeA {
-			ip := net.ParseIP(simPublic).To4()
+		addr, known := simNames[strings.ToLower(strings.TrimSuffix(qq.Name.String(), "."))]
+		if known && qq.Type == dnsmessage.TypeA {
+			ip := net.ParseIP(addr).To4()
 			resp.Answers = []dnsmessage.Resource{{
 				Header: dnsmessage.ResourceHeader{Name: qq.Name, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET, TTL: 60},
 				Body:   &dnsmessage.AResource{A: [4]byte(ip)},
 			}}
-		} else if !strings.EqualFold(qq.Name.String(), simName+".") {
+		} else if !known {
 			resp.RCode = dnsmessage.RCodeNameError
 		}
 		if out, err := resp.Pack(); err == nil {
@@ -556,7 +563,7 @@ func TestNetworkOnInside(t *testing.T) {
 		var mu sync.Mutex
 		var blocked []string
 		sb := createSpec(t, p, sandbox.Spec{
-			Network: sandbox.Network{Mode: "allowlist", Allow: []string{simName, net.JoinHostPort(simAllowed, simPort)}},
+			Network: sandbox.Network{Mode: "allowlist", Allow: []string{simName, simRebind, net.JoinHostPort(simAllowed, simPort)}},
 			OnEvent: func(name string, data map[string]any) {
 				mu.Lock()
 				defer mu.Unlock()
@@ -577,6 +584,7 @@ func TestNetworkOnInside(t *testing.T) {
 			{"dns", net.JoinHostPort(simInetAddr, "53"), ""}, // a DNS server not listed
 			{"tcp", net.JoinHostPort(simPublic6, simPort), ""},
 			{"tcp", net.JoinHostPort(simNotAllowed, simPort), ""},
+			{"resolve", simRebind, "169.254.169.254"}, // answered, but opens nothing
 			{"tcp", net.JoinHostPort("169.254.169.254", simPort), ""},
 		}
 		checkProbes(t, sb, wants)
