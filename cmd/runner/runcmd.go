@@ -211,6 +211,7 @@ type runSession struct {
 	pending   []render.Approval
 	answered  map[string]bool
 	cancelled bool // Ctrl-C or the caller's cancellation
+	prompting bool // a question waits for its answer on the terminal
 }
 
 func (r *runSession) sink(seq int64, ev wire.Event) {
@@ -235,10 +236,13 @@ func (r *runSession) result(res wire.Result) {
 	defer r.mu.Unlock()
 	switch r.mode {
 	case "text":
-		if !res.OK && r.cancelled {
-			// The runner says how it stopped the turn (/kill); the
-			// person pressed Ctrl-C.
-			res.Error, res.StopReason = "cancelled", "cancelled"
+		if r.cancelled {
+			// The runner says how it stopped the turn (/kill, or a
+			// pause nobody answers now); the person pressed Ctrl-C.
+			res.StopReason = "cancelled"
+			if !res.OK {
+				res.Error = "cancelled"
+			}
 		}
 		r.screen.Result(res, time.Since(r.start))
 	case "ndjson":
@@ -255,6 +259,9 @@ func (r *runSession) notice(s string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.screen != nil {
+		if r.prompting {
+			fmt.Fprintln(r.stdout) // the question's line is still open
+		}
 		r.screen.Warn(s)
 		return
 	}
@@ -330,21 +337,31 @@ func (r *runSession) askFor(a render.Approval, interrupted <-chan struct{}) (app
 	for {
 		r.mu.Lock()
 		fmt.Fprint(r.stdout, "  allow once [a] / deny [d]? ")
+		r.prompting = true
+		r.mu.Unlock()
+		var line string
+		open := true
+		select {
+		case <-interrupted:
+		case line, open = <-r.answers:
+		}
+		r.mu.Lock()
+		r.prompting = false
 		r.mu.Unlock()
 		select {
 		case <-interrupted:
 			return false, false
-		case line, open := <-r.answers:
-			if !open {
-				fmt.Fprintln(r.stdout)
-				return false, false
-			}
-			switch strings.ToLower(strings.TrimSpace(line)) {
-			case "a", "allow", "y", "yes":
-				return true, true
-			case "d", "deny", "n", "no":
-				return false, true
-			}
+		default:
+		}
+		if !open {
+			fmt.Fprintln(r.stdout)
+			return false, false
+		}
+		switch strings.ToLower(strings.TrimSpace(line)) {
+		case "a", "allow", "y", "yes":
+			return true, true
+		case "d", "deny", "n", "no":
+			return false, true
 		}
 	}
 }
@@ -377,11 +394,11 @@ func (r *runSession) watchInterrupts(ctx context.Context, cancelTurn context.Can
 	var once sync.Once
 	first := func() {
 		once.Do(func() {
-			close(interrupted)
 			r.mu.Lock()
 			r.cancelled = true
 			r.mu.Unlock()
 			r.notice("cancelling the turn (Ctrl-C again quits at once)")
+			close(interrupted) // after the notice: a question's open line is closed first
 			if r.req.SessionID == "" {
 				cancelTurn()
 				return

@@ -502,3 +502,20 @@ func TestRunRequestFile(t *testing.T) {
 		t.Fatalf("bad file: code %d: %s", code, errb.String())
 	}
 }
+
+// Ctrl-C at the question cancels the paused turn and releases its parked
+// harness.
+func TestTerminalCtrlCAtTheQuestion(t *testing.T) {
+	tm := startTerm(t, testEnv(t, "NO_COLOR=1"), "run", "-harness", "fake", "-ask", "-prompt", "pid\npermission deploy")
+	pid := pids(tm.waitFor(`deny \[d\]\? $`))[0]
+	tm.typ("\x03")
+	if code := tm.exit(); code != exitInterrupted {
+		t.Errorf("exit code %d, want %d", code, exitInterrupted)
+	}
+	if out := tm.output(); !regexp.MustCompile(`\? \^C\r?\ncancelling the turn(.|\n)*─ cancelled`).MatchString(out) {
+		t.Errorf("terminal:\n%s", out)
+	}
+	if !gone(pid) {
+		t.Errorf("parked harness %d survived Ctrl-C", pid)
+	}
+}
