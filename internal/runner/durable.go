@@ -36,6 +36,10 @@ const agentLink = "agent-files"
 // credentialFiles are never synced: harness logins stay on the runner.
 var credentialFiles = []string{".credentials.json", "auth.json"}
 
+// innerAgentDir is the agent folder inside a working directory that is
+// $HOME.
+const innerAgentDir = ".agenta-agent"
+
 // homeState are entries of $HOME that belong to the sandbox's tools and
 // harnesses (configuration written per turn, caches, the daemon), never
 // to the working directory's sync when $HOME lies inside it.
@@ -88,7 +92,12 @@ func (t *turn) acquireWorkspace(ctx context.Context, lv *live) error {
 	d := &durable{tree: ft}
 	d.set(t, stores)
 	exclude := append([]string{"/" + agentLink}, credentialFiles...)
+	agentDir := sandbox.AgentDir(info)
 	if rel, err := filepath.Rel(info.Workdir, info.Home); err == nil && !strings.HasPrefix(rel, "..") {
+		// Beside a working directory that is $HOME (/home/user-agent) the
+		// sandbox user may not create anything: the folder goes inside.
+		agentDir = path.Join(info.Workdir, innerAgentDir)
+		exclude = append(exclude, "/"+innerAgentDir)
 		// $HOME inside the working directory (a remote sandbox whose work
 		// dir is its home): the daemon's, tools' and harnesses' own state
 		// is not the user's work, and the transcript is its own mount.
@@ -104,7 +113,7 @@ func (t *turn) acquireWorkspace(ctx context.Context, lv *live) error {
 			Include: dirs, Exclude: append([]string{"*.sqlite", "*.sqlite-*", "*.db", "*.db-*"}, credentialFiles...)})
 	}
 	if stores.Agent != nil {
-		d.agentDir = sandbox.AgentDir(info)
+		d.agentDir = agentDir
 		d.mounts = append(d.mounts, workspace.Mount{Name: "agent", Store: stores.Agent, Root: d.agentDir, Exclude: credentialFiles})
 	}
 	d.bases = make([]workspace.Manifest, len(d.mounts))
@@ -155,6 +164,13 @@ func (d *durable) set(t *turn, s workspace.Stores) {
 // linkAgentFolder (re)creates <cwd>/agent-files → the agent folder: object
 // storage keeps no symlinks, and whatever stands there is replaced.
 func linkAgentFolder(ctx context.Context, ft workspace.Tree, workdir, agentDir string) error {
+	if rel, err := filepath.Rel(workdir, agentDir); err == nil && !strings.HasPrefix(rel, "..") {
+		// Inside the workdir: make sure it exists, also for an agent whose
+		// folder is still empty (a sibling folder is the provider's).
+		if err := importOne(ctx, ft, workdir, tree.Entry{Path: filepath.ToSlash(rel), Kind: tree.Dir, Mode: 0o755}); err != nil {
+			return err
+		}
+	}
 	ent := tree.Entry{Path: agentLink, Kind: tree.Symlink, Mode: 0o777, Target: agentDir}
 	have, err := ft.Scan(ctx, workdir, tree.ScanOptions{Include: []string{agentLink}})
 	if err == nil && len(have.Entries) == 1 && have.Entries[0].Kind == tree.Symlink && have.Entries[0].Target == agentDir {

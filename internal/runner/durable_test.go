@@ -238,3 +238,29 @@ func TestDeleteSessionRemovesItsWorkspace(t *testing.T) {
 		t.Fatalf("the agent folder went with one of its sessions: %v", err)
 	}
 }
+
+// TestDaytonaAgentFolder: on Daytona the working directory is $HOME, so
+// the agent folder lives inside it (out of the workspace's own sync) and
+// still reaches the agent's other sessions.
+func TestDaytonaAgentFolder(t *testing.T) {
+	fake := daytonatest.New(t, daytonatest.Options{})
+	base, err := fs.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newRemoteEnv(t, fake, nil, func(c *runner.Config) { c.Workspaces = workspace.Configured{Base: base} })
+	one := e.turn(t, agentReq("a", "agent-9", "exec echo shared > agent-files/n.txt && echo mount=$AGENTA_AGENT_MOUNT_DIR"))
+	if !strings.Contains(one.res.Output, "exec exit 0") || !strings.Contains(one.res.Output, "/.agenta-agent") {
+		t.Fatalf("first session: %q", one.res.Output)
+	}
+	two := e.turn(t, agentReq("b", "agent-9", "read agent-files/n.txt"))
+	if !strings.Contains(two.res.Output, "read ok: shared") {
+		t.Fatalf("second session: %q", two.res.Output)
+	}
+	keys, _ := base.List(t.Context(), "sessions/p/a/")
+	for _, k := range keys {
+		if strings.Contains(k, ".agenta-agent") {
+			t.Fatalf("the agent folder was synced into the session's workspace: %s", k)
+		}
+	}
+}
