@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -517,5 +518,36 @@ func TestTerminalCtrlCAtTheQuestion(t *testing.T) {
 	}
 	if !gone(pid) {
 		t.Errorf("parked harness %d survived Ctrl-C", pid)
+	}
+}
+
+// A second Ctrl-C quits at once, even while the first one's cancel hangs
+// (here a service whose /kill never answers).
+func TestTerminalSecondCtrlCQuitsAtOnce(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/stream":
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			_, _ = io.WriteString(w, `{"kind":"event","seq":1,"event":{"type":"message_delta","id":"m1","delta":"working"}}`+"\n")
+			w.(http.Flusher).Flush()
+		}
+		select { // the turn, and /kill, never end
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	tm := startTerm(t, testEnv(t, "NO_COLOR=1", "AGENTA_RUNNER_TOKEN="+testToken), "run", "-url", srv.URL, "-session", "stuck", "-harness", "fake", "-prompt", "hi")
+	tm.waitFor(`working`)
+	tm.typ("\x03")
+	tm.waitFor(`cancelling the turn`)
+	tm.typ("\x03")
+	if code := tm.exit(); code != exitInterrupted {
+		t.Errorf("exit code %d, want %d", code, exitInterrupted)
+	}
+	if out := tm.output(); !strings.Contains(out, "runner run: interrupted") {
+		t.Errorf("terminal:\n%s", out)
 	}
 }
