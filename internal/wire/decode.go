@@ -14,39 +14,92 @@ import (
 // legacyFields are the retired flat credential fields (reference 2.7).
 var legacyFields = []string{"secrets", "provider", "deployment", "credentialMode", "endpoint"}
 
+// withLegacy is a Request plus the retired fields, so that one decoding
+// pass both fills the request and spots them.
+type withLegacy struct {
+	Request
+	Secrets        json.RawMessage `json:"secrets"`
+	Provider       json.RawMessage `json:"provider"`
+	Deployment     json.RawMessage `json:"deployment"`
+	CredentialMode json.RawMessage `json:"credentialMode"`
+	Endpoint       json.RawMessage `json:"endpoint"`
+}
+
+// exactLegacy lists the retired fields body has under their exact names,
+// looked for only when the one pass saw one.
+func exactLegacy(body []byte, seen bool) []string {
+	if !seen {
+		return nil
+	}
+	var top map[string]json.RawMessage
+	_ = json.Unmarshal(body, &top)
+	var out []string
+	for _, f := range legacyFields {
+		if _, ok := top[f]; ok {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func (w *withLegacy) seenLegacy() bool {
+	return w.Secrets != nil || w.Provider != nil || w.Deployment != nil || w.CredentialMode != nil || w.Endpoint != nil
+}
+
 // Decode parses a run request. Every error is classed errdefs.ErrInvalid
 // and names the field to fix. Unknown fields are tolerated, as the
-// reference contract does; retired credential fields are refused.
+// reference contract does; retired credential fields are refused. The
+// body is decoded in one pass (the history it carries grows every turn).
 func Decode(body []byte) (*Request, error) {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {
 		return nil, errdefs.Invalidf("Invalid JSON: empty body; send a run request object")
 	}
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(body, &top); err != nil {
-		return nil, errdefs.Invalidf("Invalid JSON: %s", describe(err))
-	}
-	var legacy []string
-	for _, f := range legacyFields {
-		if _, ok := top[f]; ok {
-			legacy = append(legacy, f)
+	if body[0] != '{' {
+		// Not an object: refused as a map would refuse it (null passes).
+		var top map[string]json.RawMessage
+		if err := json.Unmarshal(body, &top); err != nil {
+			return nil, errdefs.Invalidf("Invalid JSON: %s", describe(err))
 		}
 	}
-	if len(legacy) > 0 {
+	var in withLegacy
+	dec := json.NewDecoder(bytes.NewReader(body))
+	err := dec.Decode(&in)
+	var te *json.UnmarshalTypeError
+	if err == nil || errors.As(err, &te) {
+		// A type error ends decoding of that value only; the decoder is
+		// past the object either way.
+		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
+			return nil, invalidJSON(body, errors.New("unexpected data after the request object"))
+		}
+	}
+	if err != nil && te == nil {
+		return nil, invalidJSON(body, err)
+	}
+	// The retired fields are reported before type errors. The struct
+	// matched their names case-insensitively; only exact ones count.
+	if legacy := exactLegacy(body, in.seenLegacy()); len(legacy) > 0 {
 		return nil, errdefs.Invalidf("Legacy top-level model credential fields are not supported (%s); send them inside modelConnection", strings.Join(legacy, ", "))
 	}
-	var req Request
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&req); err != nil {
-		return nil, errdefs.Invalidf("Invalid JSON: %s", describe(err))
+	if te != nil {
+		te.Field = strings.TrimPrefix(te.Field, "Request.")
+		return nil, errdefs.Invalidf("Invalid JSON: %s", describe(te))
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errdefs.Invalidf("Invalid JSON: unexpected data after the request object")
-	}
+	req := in.Request
 	if err := req.validate(); err != nil {
 		return nil, err
 	}
 	return &req, nil
+}
+
+// invalidJSON is the error for a body that is not valid JSON, in the words
+// of a whole-body parse (err, non-nil, when that finds nothing).
+func invalidJSON(body []byte, err error) error {
+	var top map[string]json.RawMessage
+	if uerr := json.Unmarshal(body, &top); uerr != nil {
+		err = uerr
+	}
+	return errdefs.Invalidf("Invalid JSON: %s", describe(err))
 }
 
 func describe(err error) string {

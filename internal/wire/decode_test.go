@@ -1,6 +1,7 @@
 package wire_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -18,6 +19,7 @@ var seeds = []string{
 	`{"messages":[{"role":"user","content":"x"}],"permissions":{"default":"ask","rules":[{"pattern":"Bash(rm:*)","permission":"deny"}]},"sandboxPermission":{"network":{"mode":"allowlist","allowlist":["example.com"]}}}`,
 	`{"customTools":[{"name":"t","inputSchema":{"type":"object"}}],"toolCallback":{"endpoint":"https://x/tools/call"},"mcpServers":[{"name":"m","connection":{"type":"http","url":"https://m"}}]}`,
 	`{"secrets":{}}`, `[]`, `null`, `{"messages":5}`, `{"messages":[{"role":"user","content":null}]}`,
+	`{"harness":5,"endpoint":null}`, `{"messages":[{"role":"user","content":"a\u00e9\"b"}]} x`, `{"messages":[{"role":"bot"}],"secrets":1}`,
 }
 
 func FuzzDecode(f *testing.F) {
@@ -26,17 +28,30 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, err := wire.Decode(body)
+		// Decode is held to the two-pass reference: same verdict, same
+		// request, same message.
+		ref, rerr := wire.ReferenceDecode(body)
+		if (err == nil) != (rerr == nil) || (err != nil && err.Error() != rerr.Error()) {
+			t.Fatalf("Decode error %v, reference %v", err, rerr)
+		}
+		if diff := cmp.Diff(ref, req); err == nil && diff != "" {
+			t.Fatalf("Decode differs from the reference (-reference +Decode):\n%s", diff)
+		}
 		if err != nil {
 			if !errors.Is(err, errdefs.ErrInvalid) {
 				t.Fatalf("error not classed invalid: %v", err)
 			}
 			return
 		}
-		// Anything accepted survives encode → decode unchanged.
-		b, err := json.Marshal(req)
-		if err != nil {
+		// Anything accepted survives encode → decode unchanged (without
+		// HTML escaping, which would rewrite raw JSON fields' bytes).
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(req); err != nil {
 			t.Fatalf("re-encode: %v", err)
 		}
+		b := buf.Bytes()
 		again, err := wire.Decode(b)
 		if err != nil {
 			t.Fatalf("re-decode of %s: %v", b, err)
