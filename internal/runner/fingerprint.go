@@ -2,8 +2,11 @@ package runner
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"io"
+	"strconv"
 	"maps"
 	"slices"
 	"sort"
@@ -52,29 +55,39 @@ func stripValues(cs []wire.Credential) []wire.Credential {
 
 // historyFingerprint hashes the user side of a conversation: user texts,
 // tool-call ids in first-seen order, and the number of user prompts.
-// Assistant text is ignored: callers may render it differently.
+// Assistant text is ignored: callers may render it differently. Each part
+// is streamed into the hash with its length, so the growing history is
+// never copied into one buffer.
 func historyFingerprint(msgs []wire.Message) string {
-	var h struct {
-		Texts   []string `json:"texts"`
-		CallIDs []string `json:"calls"`
-		Prompts int      `json:"prompts"`
+	h := sha256.New()
+	part := func(kind byte, s string) {
+		var n [9]byte
+		n[0] = kind
+		binary.BigEndian.PutUint64(n[1:], uint64(len(s)))
+		h.Write(n[:])
+		io.WriteString(h, s)
 	}
-	seen := map[string]bool{}
+	prompts := 0
+	var seen map[string]bool
 	for _, m := range msgs {
 		if m.Role == "user" {
 			if t := messageText(m); t != "" {
-				h.Texts = append(h.Texts, t)
-				h.Prompts++
+				part('t', t)
+				prompts++
 			}
 		}
 		for _, b := range m.Content.Blocks {
 			if (b.Type == "tool_call" || b.Type == "tool_result") && b.ToolCallID != "" && !seen[b.ToolCallID] {
+				if seen == nil {
+					seen = map[string]bool{}
+				}
 				seen[b.ToolCallID] = true
-				h.CallIDs = append(h.CallIDs, b.ToolCallID)
+				part('c', b.ToolCallID)
 			}
 		}
 	}
-	return hash(h)
+	part('n', strconv.Itoa(prompts))
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // credentialEpoch hashes the credential values a live harness holds, so a
