@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -25,8 +26,9 @@ const busyTimeout = 10 * time.Second
 
 // Store is a store.Store in one SQLite file.
 type Store struct {
-	w *sql.DB // one connection; every write goes through it
-	r *sql.DB // read-only connections
+	w  *sql.DB // one connection; every write goes through it
+	r  *sql.DB // read-only connections
+	ck *sql.DB // the checkpointer's connection
 
 	// The statements of AppendEvents and the turn ledger, prepared once
 	// on w.
@@ -35,6 +37,7 @@ type Store struct {
 
 	appends      chan *appendReq // AppendEvents calls, to the appender
 	appenderDone chan struct{}   // closed when the appender has returned
+	ckDone       chan struct{}   // closed when the checkpointer has returned
 	closed       chan struct{}   // closed by Close
 	closeOnce    sync.Once
 }
@@ -74,7 +77,10 @@ func open(ctx context.Context, path string) (_ *Store, err error) {
 			s.closeDBs()
 		}
 	}()
-	if s.w, err = sql.Open("sqlite", dsn(abs, pragmas, "_txlock=immediate")); err != nil {
+	// The writer never checkpoints: a checkpoint copies pages into the
+	// database file and syncs it, which would land on whichever commit
+	// crossed the threshold. The checkpointer does it beside the writes.
+	if s.w, err = sql.Open("sqlite", dsn(abs, slices.Concat(pragmas, []string{"wal_autocheckpoint(0)"}), "_txlock=immediate")); err != nil {
 		return nil, err
 	}
 	s.w.SetMaxOpenConns(1)
@@ -115,11 +121,39 @@ func open(ctx context.Context, path string) (_ *Store, err error) {
 	n := max(4, runtime.GOMAXPROCS(0))
 	s.r.SetMaxOpenConns(n)
 	s.r.SetMaxIdleConns(n)
+	if s.ck, err = sql.Open("sqlite", dsn(abs, pragmas)); err != nil {
+		return nil, err
+	}
+	s.ck.SetMaxOpenConns(1)
 	s.appends = make(chan *appendReq)
 	s.closed = make(chan struct{})
 	s.appenderDone = make(chan struct{})
+	s.ckDone = make(chan struct{})
 	go s.appender()
+	go s.checkpointer(checkpointEvery)
 	return s, nil
+}
+
+// checkpointEvery is how often the checkpointer moves the WAL's frames
+// into the database file.
+const checkpointEvery = time.Second
+
+// checkpointer runs a passive checkpoint (it never waits for a reader or
+// the writer) every interval until the store closes.
+func (s *Store) checkpointer(every time.Duration) {
+	defer close(s.ckDone)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.closed:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), busyTimeout)
+			_, _ = s.ck.ExecContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`) // the next tick retries
+			cancel()
+		}
+	}
 }
 
 // dsn builds a file: URI, so that any path (even one holding '?') works.
@@ -141,13 +175,14 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.closed)
 		<-s.appenderDone
+		<-s.ckDone
 	})
 	return s.closeDBs()
 }
 
 func (s *Store) closeDBs() error {
 	var errs []error
-	for _, db := range []*sql.DB{s.r, s.w} {
+	for _, db := range []*sql.DB{s.ck, s.r, s.w} {
 		if db != nil {
 			errs = append(errs, db.Close())
 		}
