@@ -6,10 +6,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
-	"strconv"
 	"maps"
 	"slices"
 	"sort"
+	"strconv"
 
 	"github.com/agentrunner/runner/internal/wire"
 )
