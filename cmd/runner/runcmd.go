@@ -334,6 +334,19 @@ func (r *runSession) nextPending() (render.Approval, bool) {
 // askFor asks allow once / deny on the terminal until it gets an answer;
 // ok is false when the terminal closed or Ctrl-C came first.
 func (r *runSession) askFor(a render.Approval, interrupted <-chan struct{}) (approved, ok bool) {
+	// Lines typed while the turn ran are not answers to a question they
+	// never saw.
+	for drained := false; !drained; {
+		select {
+		case _, open := <-r.answers:
+			if !open {
+				fmt.Fprintln(r.stdout)
+				return false, false
+			}
+		default:
+			drained = true
+		}
+	}
 	for {
 		r.mu.Lock()
 		fmt.Fprint(r.stdout, "  allow once [a] / deny [d]? ")

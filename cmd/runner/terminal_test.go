@@ -551,3 +551,19 @@ func TestTerminalSecondCtrlCQuitsAtOnce(t *testing.T) {
 		t.Errorf("terminal:\n%s", out)
 	}
 }
+
+// A line typed while the turn runs does not answer the question that
+// comes after it.
+func TestTerminalTypeAheadIsNoAnswer(t *testing.T) {
+	tm := startTerm(t, testEnv(t, "NO_COLOR=1"), "run", "-harness", "fake", "-ask", "-session", "ahead", "-prompt", "say started\nsleep 1s\npermission deploy")
+	tm.waitFor(`started`)
+	tm.typ("a\n") // typed before any question
+	tm.waitFor(`deny \[d\]\? $`)
+	tm.typ("d\n")
+	if code := tm.exit(); code != 0 {
+		t.Fatalf("exit code %d; terminal:\n%s", code, tm.output())
+	}
+	if out := tm.output(); !strings.Contains(out, "permission selected:no") {
+		t.Fatalf("the typed-ahead line answered the question:\n%s", out)
+	}
+}
