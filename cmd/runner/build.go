@@ -194,6 +194,7 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 	if err != nil {
 		return nil, fmt.Errorf("durable workspace store: %w", err)
 	}
+	workspaces = platformWorkspaces(cfg, workspaces)
 	return runner.New(runner.Config{
 		Workspaces:      workspaces,
 		CheckpointEvery: cfg.CheckpointEvery,

@@ -54,6 +54,9 @@ type Config struct {
 	// empty for a directory in the data dir, "off" for none.
 	StoreURL        string
 	CheckpointEvery time.Duration
+	// PlatformMounts signs a platform request's workspace with the
+	// platform's mount endpoints (AGENTA_RUNNER_PLATFORM_MOUNTS).
+	PlatformMounts bool
 	// Platform is the Agenta platform mirror (platform.go).
 	Platform Platform
 	// KeyGateway keeps model keys out of local sandboxes (placeholders
@@ -133,6 +136,7 @@ func Load(environ []string) (Config, []string, error) {
 		DatabaseURL:      l.str("AGENTA_RUNNER_DATABASE_URL", ""),
 		StoreURL:         l.str("AGENTA_RUNNER_STORE_URL", ""),
 		CheckpointEvery:  l.ms("AGENTA_RUNNER_WORKSPACE_CHECKPOINT_MS", 30_000),
+		PlatformMounts:   l.boolean("AGENTA_RUNNER_PLATFORM_MOUNTS", false),
 		KeyGateway:       l.boolean("AGENTA_RUNNER_KEY_GATEWAY", true),
 		KeepAlive:        l.boolean("AGENTA_RUNNER_SESSION_KEEPALIVE", true),
 		PoolMax:          l.lenientInt("AGENTA_RUNNER_SESSION_POOL_MAX", 8),
