@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"log/slog"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 
@@ -16,7 +14,7 @@ import (
 // hostFiles is where the container checks read the kernel's view of this
 // process; tests point it at fixtures.
 type hostFiles struct {
-	status, mountinfo, apparmor, userns, tun string
+	status, mountinfo, apparmor, userns string
 }
 
 var procFiles = hostFiles{
@@ -24,7 +22,6 @@ var procFiles = hostFiles{
 	mountinfo: "/proc/self/mountinfo",
 	apparmor:  "/proc/self/attr/current",
 	userns:    "/proc/sys/user/max_user_namespaces",
-	tun:       "/dev/net/tun",
 }
 
 // missingForBwrap names, one per item, exactly what keeps bubblewrap from
@@ -81,17 +78,6 @@ func maskedProc(mountinfo string) []string {
 	return out
 }
 
-// tunMissing says why network "on" (slirp4netns, which needs a TAP
-// device) cannot work here, or "" when /dev/net/tun opens.
-func tunMissing(f hostFiles) string {
-	file, err := os.OpenFile(f.tun, os.O_RDWR, 0)
-	if err != nil {
-		return fmt.Sprintf("%s cannot be opened (%v): sandboxes with network \"on\" need it; run the container with --device /dev/net/tun (Kubernetes: mount the host's /dev/net/tun, or use a device plugin)", f.tun, err)
-	}
-	file.Close()
-	return ""
-}
-
 // bwrapUnavailable is New's error when bubblewrap does not work: it names
 // what is missing when the checks above find it, else the usual fixes.
 func bwrapUnavailable(err error, f hostFiles) error {
@@ -100,15 +86,4 @@ func bwrapUnavailable(err error, f hostFiles) error {
 		fix = "missing: " + strings.Join(missing, "; ") + " (--privileged is not needed), or run unconfined with AGENTA_RUNNER_LOCAL_ISOLATION=none"
 	}
 	return errdefs.With(errdefs.ErrUnavailable, fmt.Errorf("local isolation bwrap does not work on this host: %w; %s", err, fix))
-}
-
-// warnNetwork logs, at start, that network "on" cannot work here when the
-// sandbox network stack (slirp4netns) is installed but has no TAP device.
-func warnNetwork(log *slog.Logger, f hostFiles) {
-	if _, err := exec.LookPath("slirp4netns"); err != nil {
-		return
-	}
-	if why := tunMissing(f); why != "" {
-		log.Warn(why)
-	}
 }

@@ -164,7 +164,6 @@ func New(cfg Config) (*Provider, error) {
 	if err := p.probe(context.Background()); err != nil {
 		return nil, bwrapErr(err)
 	}
-	warnNetwork(log, procFiles)
 	return p, nil
 }
 
