@@ -204,18 +204,22 @@ func init() {
 
 // netSetupMain runs through nsenter inside the sandbox's user namespace
 // (which the runner's uid owns, so it needs no privilege in the host's) and
-// network namespace, before the sandbox's command runs. It reads the policy
-// as JSON from stdin, installs it over netlink and exits: the sandbox
-// itself never holds a capability that could change the table.
+// network namespace, before the sandbox's command runs; the sandbox itself
+// never holds a capability that could change the table. On stdin: the
+// policy as one JSON line, then "tap" once slirp4netns made its device.
+// It installs the table while slirp4netns starts, then configures IPv6 on
+// the device and prints "ready". With a dynamic policy it then adds the
+// addresses of each further line, printing "ok" for each.
 func netSetupMain() int {
+	in := bufio.NewScanner(os.Stdin)
 	var pol netPolicy
-	if err := json.NewDecoder(os.Stdin).Decode(&pol); err != nil {
-		fmt.Fprintln(os.Stderr, "network policy:", err)
+	if !in.Scan() {
+		fmt.Fprintln(os.Stderr, "network policy: none on stdin")
 		return 2
 	}
-	if err := configureIPv6(slirpTap); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+	if err := json.Unmarshal(in.Bytes(), &pol); err != nil {
+		fmt.Fprintln(os.Stderr, "network policy:", err)
+		return 2
 	}
 	c, err := nftables.New()
 	if err != nil {
@@ -226,20 +230,26 @@ func netSetupMain() int {
 		fmt.Fprintln(os.Stderr, "nftables:", err)
 		return 1
 	}
-	if !pol.Dynamic {
-		return 0
+	if pol.Dynamic {
+		// The bridge, without capabilities, serves the runner's DNS
+		// forwarder on port 53 of the sandbox's own loopback.
+		if err := os.WriteFile("/proc/sys/net/ipv4/ip_unprivileged_port_start", []byte("53"), 0); err != nil {
+			fmt.Fprintln(os.Stderr, "dns port:", err)
+			return 1
+		}
 	}
-	// The bridge, without capabilities, serves the runner's DNS forwarder
-	// on port 53 of the sandbox's own loopback.
-	if err := os.WriteFile("/proc/sys/net/ipv4/ip_unprivileged_port_start", []byte("53"), 0); err != nil {
-		fmt.Fprintln(os.Stderr, "dns port:", err)
+	if !in.Scan() || in.Text() != "tap" {
+		fmt.Fprintln(os.Stderr, "slirp4netns did not come up")
+		return 1
+	}
+	if err := configureIPv6(slirpTap); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	fmt.Println("ready")
-	sc := bufio.NewScanner(os.Stdin)
-	for sc.Scan() {
+	for pol.Dynamic && in.Scan() {
 		var addrs []netip.Addr
-		if err := json.Unmarshal(sc.Bytes(), &addrs); err != nil {
+		if err := json.Unmarshal(in.Bytes(), &addrs); err != nil {
 			fmt.Fprintln(os.Stderr, "addresses:", err)
 			return 2
 		}

@@ -2,7 +2,6 @@ package local
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -283,9 +282,10 @@ type netAttach struct {
 	exit   *os.File // --exit-fd: closing it ends slirp4netns
 	done   chan struct{}
 	record string // the file naming it in the sandbox dir, for the reaper
-	// timings are the waits for bwrap's setup, slirp4netns and the table.
+	// timings are the waits for bwrap's setup, slirp4netns and the rest
+	// of the table's installer (it started first).
 	timings [3]time.Duration
-	// The installer that stays (network "allowlist"), and its pipes;
+	// The installer (it stays with network "allowlist"), and its pipes;
 	// mu serialises requests to it.
 	mu       sync.Mutex
 	setup    *exec.Cmd
@@ -293,6 +293,7 @@ type netAttach struct {
 	setupOut *bufio.Reader
 	setupRaw *os.File
 	onClose  func()
+	closed   bool
 }
 
 // openAddrs has the installer add addrs to the table's DNS sets.
@@ -317,11 +318,12 @@ func (a *netAttach) openAddrs(addrs []netip.Addr) error {
 }
 
 // attach connects the network namespace of the sandbox init pid to the
-// outside through slirp4netns and installs pol in it. The sandbox is still
-// blocked (bwrap --block-fd): its command has not run.
+// outside through slirp4netns and installs pol in it, both at once. The
+// sandbox's command waits for the byte the caller writes to bwrap's
+// --block-fd after attach returned.
 func (n *netstack) attach(pid int, blockFD, root string, pol netPolicy) (*netAttach, error) {
 	t0 := time.Now()
-	if err := waitBlocked(pid, blockFD); err != nil {
+	if err := waitMapped(pid); err != nil {
 		return nil, err
 	}
 	t1 := time.Now()
@@ -339,18 +341,62 @@ func (n *netstack) attach(pid int, blockFD, root string, pol netPolicy) (*netAtt
 	}
 	userns := os.NewFile(uintptr(ufd), "userns")
 	defer userns.Close()
-
-	readyR, readyW, err := os.Pipe()
+	data, err := json.Marshal(pol)
 	if err != nil {
 		return nil, err
+	}
+
+	// The installer starts first: the table goes in while bwrap still sets
+	// up the sandbox. --preserve-credentials: the runner's uid is already
+	// the user namespace's root (bwrap maps it to 0 there), and setgroups
+	// is denied.
+	setup := exec.Command(n.nsenter, "--user=/proc/self/fd/3", "--net=/proc/self/fd/4", "--preserve-credentials", "--", n.setup)
+	setup.Env = []string{netSetupEnv + "=1"}
+	setup.ExtraFiles = []*os.File{userns, netns}
+	errTail := newTail(4 << 10)
+	setup.Stderr = errTail
+	a := &netAttach{done: make(chan struct{})}
+	out := newTail(4 << 10)
+	fail := func(what string, err error) (*netAttach, error) {
+		a.close()
+		return nil, fmt.Errorf("%s (%v): %s", what, err, strings.TrimSpace(out.String()+" "+errTail.String()))
+	}
+	in, err := setup.StdinPipe()
+	if err != nil {
+		return fail("installer", err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		in.Close()
+		return fail("installer", err)
+	}
+	setup.Stdout = outW
+	err = setup.Start()
+	outW.Close()
+	if err != nil {
+		in.Close()
+		outR.Close()
+		return fail("start the nftables installer", err)
+	}
+	a.setup, a.setupIn, a.setupOut, a.setupRaw = setup, in, bufio.NewReader(outR), outR
+	_, _ = in.Write(append(data, '\n'))
+
+	// slirp4netns once bwrap is done with the namespace: its --configure
+	// and bwrap's own loopback setup disturb each other.
+	if err := waitBlocked(pid, blockFD); err != nil {
+		return fail("sandbox setup", err)
+	}
+	t1 = time.Now()
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return fail("slirp4netns", err)
 	}
 	defer readyR.Close()
 	exitR, exitW, err := os.Pipe()
 	if err != nil {
 		readyW.Close()
-		return nil, err
+		return fail("slirp4netns", err)
 	}
-	out := newTail(4 << 10)
 	cmd := exec.Command(n.slirp, "--configure", "--disable-host-loopback", "--mtu=65520", "--enable-ipv6",
 		"--ready-fd=3", "--exit-fd=4", "--userns-path=/proc/self/fd/5", "--netns-type=path", "/proc/self/fd/6", slirpTap)
 	cmd.Env = []string{}
@@ -364,71 +410,59 @@ func (n *netstack) attach(pid int, blockFD, root string, pol netPolicy) (*netAtt
 	exitR.Close()
 	if err != nil {
 		exitW.Close()
-		return nil, fmt.Errorf("start slirp4netns: %w", err)
+		return fail("start slirp4netns", err)
 	}
-	a := &netAttach{cmd: cmd, exit: exitW, done: make(chan struct{}), record: recordSlirp(root, cmd.Process.Pid)}
+	a.cmd, a.exit, a.record = cmd, exitW, recordSlirp(root, cmd.Process.Pid)
 	go func() {
 		_ = cmd.Wait()
 		close(a.done)
 	}()
+
 	_ = readyR.SetReadDeadline(time.Now().Add(10 * time.Second))
 	var b [1]byte
 	if _, err := readyR.Read(b[:]); err != nil {
-		a.close()
-		return nil, fmt.Errorf("slirp4netns did not come up (%v): %s", err, out.String())
+		return fail("slirp4netns did not come up", err)
 	}
-
 	t2 := time.Now()
-	data, err := json.Marshal(pol)
-	if err != nil {
-		a.close()
-		return nil, err
-	}
-	// --preserve-credentials: the runner's uid is already the user
-	// namespace's root (bwrap maps it to 0 there), and setgroups is denied.
-	setup := exec.Command(n.nsenter, "--user=/proc/self/fd/3", "--net=/proc/self/fd/4", "--preserve-credentials", "--", n.setup)
-	setup.Env = []string{netSetupEnv + "=1"}
-	setup.ExtraFiles = []*os.File{userns, netns}
-	setupErr := func(err error, msg string) error {
-		a.close()
-		return fmt.Errorf("install the sandbox's nftables table (%v): %s; the kernel needs nf_tables (CONFIG_NF_TABLES, the nft_reject_inet module)", err, strings.TrimSpace(msg))
+	_, _ = in.Write([]byte("tap\n"))
+	_ = outR.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if line, err := a.setupOut.ReadString('\n'); line != "ready\n" {
+		if err == nil {
+			err = fmt.Errorf("installer said %q", line)
+		}
+		return fail("install the sandbox's nftables table; the kernel needs nf_tables (CONFIG_NF_TABLES, the nft_reject_inet module)", err)
 	}
 	if !pol.Dynamic {
-		setup.Stdin = bytes.NewReader(data)
-		if msg, err := setup.CombinedOutput(); err != nil {
-			return nil, setupErr(err, string(msg))
-		}
-	} else {
-		// It stays, to open what the DNS forwarder resolves.
-		errTail := newTail(4 << 10)
-		setup.Stderr = errTail
-		in, err := setup.StdinPipe()
-		if err != nil {
-			return nil, setupErr(err, "")
-		}
-		outR, outW, err := os.Pipe()
-		if err != nil {
-			return nil, setupErr(err, "")
-		}
-		setup.Stdout = outW
-		err = setup.Start()
-		outW.Close()
-		if err != nil {
-			outR.Close()
-			return nil, setupErr(err, "")
-		}
-		a.setup, a.setupIn, a.setupOut, a.setupRaw = setup, in, bufio.NewReader(outR), outR
-		if _, err := in.Write(append(data, '\n')); err != nil {
-			return nil, setupErr(err, errTail.String())
-		}
-		_ = outR.SetReadDeadline(time.Now().Add(10 * time.Second))
-		if line, err := a.setupOut.ReadString('\n'); line != "ready\n" {
-			_ = setup.Wait()
-			return nil, setupErr(err, errTail.String())
-		}
+		// Done: it exits on EOF; close reaps it.
+		in.Close()
+		a.setupIn = nil
 	}
 	a.timings = [3]time.Duration{t1.Sub(t0), t2.Sub(t1), time.Since(t2)}
 	return a, nil
+}
+
+// waitMapped returns once the user namespace of the sandbox init pid has
+// its uid map. bwrap reports the pid right after clone, while the child may
+// not have written it yet; nsenter's installer keeps its capabilities
+// across exec only as the namespace's root, which needs the map. (The map
+// shown is of the namespace pid is in now: bwrap's outer one, or the
+// nested one, which bwrap makes after the outer one is mapped.)
+func waitMapped(pid int) error {
+	path := fmt.Sprintf("/proc/%d/uid_map", pid)
+	deadline := time.Now().Add(10 * time.Second)
+	for wait := 20 * time.Microsecond; ; wait = min(2*wait, time.Millisecond) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("sandbox setup: %w", err)
+		}
+		if len(strings.TrimSpace(string(b))) > 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("sandbox setup did not map its user namespace in 10s")
+		}
+		time.Sleep(wait)
+	}
 }
 
 // waitBlocked returns once the sandbox init pid sits in read(2) on its
@@ -459,16 +493,19 @@ func waitBlocked(pid int, blockFD string) error {
 
 // close ends slirp4netns and waits for it; nil-safe and idempotent.
 func (a *netAttach) close() {
-	if a == nil || a.exit == nil {
+	if a == nil || a.closed {
 		return
 	}
+	a.closed = true
 	if a.onClose != nil {
 		a.onClose()
 	}
 	a.mu.Lock()
 	if a.setup != nil {
-		a.setupIn.Close() // the installer exits on EOF
-		a.setupIn = nil
+		if a.setupIn != nil {
+			a.setupIn.Close() // the installer exits on EOF
+			a.setupIn = nil
+		}
 		done := make(chan struct{})
 		go func() {
 			_ = a.setup.Wait()
@@ -484,8 +521,10 @@ func (a *netAttach) close() {
 		a.setup = nil
 	}
 	a.mu.Unlock()
+	if a.cmd == nil {
+		return // slirp4netns never started
+	}
 	a.exit.Close()
-	a.exit = nil
 	select {
 	case <-a.done:
 	case <-time.After(2 * time.Second):
