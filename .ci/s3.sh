@@ -26,16 +26,17 @@ trap 'rm -rf "$work"' EXIT
 export GOMODCACHE=${GOMODCACHE:-$(go env GOMODCACHE)}
 export GOPATH=$work/gopath GOBIN=$work/bin GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
 
-if ! go install "$module/weed@$version" >&2; then
-  # go install refuses modules whose go.mod has replace directives: build
-  # from a copy of the module instead.
-  go mod download -x "$module@$version" >&2
-  src=$(go mod download -json "$module@$version" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
-  cp -r "$src" "$work/src"
-  chmod -R u+w "$work/src"
-  (cd "$work/src" && go build -o "$GOBIN/weed" ./weed) >&2
-fi
+# The module's go.mod has replace directives, which `go install pkg@version`
+# refuses: build from a copy of the module instead. -trimpath keeps the
+# build cache valid whatever temp dir the copy lands in.
+src=$(go mod download -json "$module@$version" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+[[ -d $src ]] || { echo "s3.sh: could not download $module@$version" >&2; exit 1; }
+cp -r "$src" "$work/src"
+chmod -R u+w "$work/src"
+(cd "$work/src" && go build -trimpath -ldflags=-s -o "$work/bin/weed" ./weed) >&2
 
-install -m 0755 "$GOBIN/weed" "$bin.tmp"
+cp "$work/bin/weed" "$bin.tmp"
+chmod 0755 "$bin.tmp"
+"$bin.tmp" version >&2
 mv "$bin.tmp" "$bin"
 echo "$bin"
