@@ -418,6 +418,9 @@ func TestRunLimits(t *testing.T) {
 		{"idle", runner.Limits{Idle: 150 * time.Millisecond}, "say hi\nsleep 1h", "AGENTA_RUNNER_RUN_IDLE_TIMEOUT_MS"},
 		{"total", runner.Limits{Total: 200 * time.Millisecond}, "say hi\nsleep 1h", "AGENTA_RUNNER_RUN_TOTAL_TIMEOUT_MS"},
 		{"ttfb", runner.Limits{TTFB: 150 * time.Millisecond}, "sleep 1h", "AGENTA_RUNNER_RUN_TTFB_TIMEOUT_MS"},
+		// Trips while the sandbox and harness start: the error still names
+		// the limit, not the killed harness.
+		{"total during start", runner.Limits{Total: time.Millisecond}, "say hi", "AGENTA_RUNNER_RUN_TOTAL_TIMEOUT_MS"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

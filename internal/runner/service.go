@@ -365,12 +365,16 @@ func (s *Service) run(ctx context.Context, t *turn, sink Sink) (wire.Result, err
 	res.Capabilities = t.caps
 	res.TraceID = t.traceID()
 	if err != nil {
-		if cause := context.Cause(ctx); cause != nil && errors.Is(err, context.Canceled) {
+		cause := context.Cause(ctx)
+		limit := errors.Is(cause, errdefs.ErrExhausted)
+		// A limit that trips while the harness starts kills it: the start's
+		// own error ("killed by SIGKILL") hides the limit that caused it.
+		if cause != nil && (limit || errors.Is(err, context.Canceled)) {
 			err = cause
 		}
 		res = failed(res, err)
 		res.Output = t.outputText()
-		if out.StopReason == agent.StopCancelled {
+		if out.StopReason == agent.StopCancelled || limit {
 			res.StopReason = agent.StopCancelled
 		}
 		res.Events = t.eventList()
