@@ -141,7 +141,11 @@ func start(bin string) (*Seaweed, error) {
 		"-master.port="+strconv.Itoa(ports[0]), "-volume.port="+strconv.Itoa(ports[1]),
 		"-filer.port="+strconv.Itoa(ports[2]), "-s3", "-s3.port="+strconv.Itoa(ports[3]),
 		"-s3.config="+conf, "-s3.iam.config="+conf,
-		"-master.volumeSizeLimitMB=64", "-volume.max=20")
+		"-master.volumeSizeLimitMB=64", "-volume.max=20",
+		// Nothing beyond loopback, no fixed ports: no telemetry, no
+		// Iceberg or Lance listeners.
+		"-master.telemetry=false", "-s3.port.iceberg=0", "-s3.port.lance=0")
+	cmd.Dir = dir
 	logf, err := os.Create(filepath.Join(dir, "weed.log"))
 	if err != nil {
 		return nil, err
