@@ -108,3 +108,12 @@ for missing in seccomp systempaths; do
   fi
   step "without $missing=unconfined the start-up check names it"
 done
+
+# --- 2. helm ---------------------------------------------------------------
+step "helm lint and template: default values, Agenta's chart and docs values"
+for values in "" deploy/helm/test/agenta-chart-values.yaml deploy/helm/test/agenta-docs-values.yaml; do
+  "$helm" lint --strict deploy/helm/runner ${values:+-f "$values"} >/dev/null
+  "$helm" template ci deploy/helm/runner ${values:+-f "$values"} >/dev/null
+done
+step "strict decode of every rendered manifest against the Kubernetes API types"
+(cd deploy/helm/test && RUNNER_TEST_HELM=$helm go test -count=1 ./...)

@@ -1,0 +1,256 @@
+// Package helmtest renders the runner chart with helm and decodes every
+// manifest strictly into the Kubernetes API types (k8s.io/api): an
+// unknown or misplaced field, a wrong type or an unknown kind fails. It
+// is a module of its own so the runner's go.mod stays free of the
+// Kubernetes libraries. RUNNER_TEST_HELM names the helm binary
+// (.ci/container.sh sets it); without it the tests skip.
+package helmtest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// serviceMonitor is the part of the Prometheus operator's ServiceMonitor
+// the chart writes (its types live outside k8s.io/api).
+type serviceMonitor struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name   string            `json:"name"`
+		Labels map[string]string `json:"labels"`
+	} `json:"metadata"`
+	Spec struct {
+		Selector  struct{ MatchLabels map[string]string } `json:"selector"`
+		Endpoints []struct {
+			Port     string `json:"port"`
+			Path     string `json:"path"`
+			Interval string `json:"interval"`
+		} `json:"endpoints"`
+	} `json:"spec"`
+}
+
+func newObject(kind string) (any, error) {
+	switch kind {
+	case "Deployment":
+		return &appsv1.Deployment{}, nil
+	case "StatefulSet":
+		return &appsv1.StatefulSet{}, nil
+	case "Service":
+		return &corev1.Service{}, nil
+	case "Secret":
+		return &corev1.Secret{}, nil
+	case "ConfigMap":
+		return &corev1.ConfigMap{}, nil
+	case "PersistentVolumeClaim":
+		return &corev1.PersistentVolumeClaim{}, nil
+	case "PodDisruptionBudget":
+		return &policyv1.PodDisruptionBudget{}, nil
+	case "ServiceMonitor":
+		return &serviceMonitor{}, nil
+	}
+	return nil, fmt.Errorf("unexpected kind %q", kind)
+}
+
+// render runs helm template on the chart with the values files and
+// returns the decoded objects by kind.
+func render(t *testing.T, values ...string) map[string][]any {
+	t.Helper()
+	helm := os.Getenv("RUNNER_TEST_HELM")
+	if helm == "" {
+		t.Skip("RUNNER_TEST_HELM is not set; .ci/container.sh sets it")
+	}
+	args := []string{"template", "rel", "../runner", "--namespace", "agents"}
+	for _, v := range values {
+		args = append(args, "-f", v)
+	}
+	var out, errb bytes.Buffer
+	cmd := exec.Command(helm, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, errb.String())
+	}
+	objs := map[string][]any{}
+	for _, doc := range strings.Split(out.String(), "\n---") {
+		if strings.TrimSpace(strings.ReplaceAll(doc, "---", "")) == "" {
+			continue
+		}
+		js, err := yaml.YAMLToJSON([]byte(doc))
+		if err != nil {
+			t.Fatalf("not YAML: %v\n%s", err, doc)
+		}
+		if string(js) == "null" {
+			continue
+		}
+		var head struct{ Kind, APIVersion string }
+		if err := json.Unmarshal(js, &head); err != nil {
+			t.Fatal(err)
+		}
+		obj, err := newObject(head.Kind)
+		if err != nil {
+			t.Fatalf("%v in\n%s", err, doc)
+		}
+		dec := json.NewDecoder(bytes.NewReader(js))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(obj); err != nil {
+			t.Fatalf("%s does not decode strictly into the API type: %v\n%s", head.Kind, err, doc)
+		}
+		objs[head.Kind] = append(objs[head.Kind], obj)
+	}
+	return objs
+}
+
+func podSpec(t *testing.T, objs map[string][]any) (corev1.PodSpec, string) {
+	t.Helper()
+	if d := objs["Deployment"]; len(d) == 1 {
+		return d[0].(*appsv1.Deployment).Spec.Template.Spec, "Deployment"
+	}
+	if s := objs["StatefulSet"]; len(s) == 1 {
+		return s[0].(*appsv1.StatefulSet).Spec.Template.Spec, "StatefulSet"
+	}
+	t.Fatalf("want exactly one Deployment or StatefulSet, got %d and %d", len(objs["Deployment"]), len(objs["StatefulSet"]))
+	return corev1.PodSpec{}, ""
+}
+
+func config(objs map[string][]any) map[string]string {
+	return objs["ConfigMap"][0].(*corev1.ConfigMap).Data
+}
+
+func envVar(c corev1.Container, name string) *corev1.EnvVar {
+	for i := range c.Env {
+		if c.Env[i].Name == name {
+			return &c.Env[i]
+		}
+	}
+	return nil
+}
+
+func TestDefaultValues(t *testing.T) {
+	objs := render(t)
+	spec, kind := podSpec(t, objs)
+	if kind != "StatefulSet" {
+		t.Errorf("local sandboxes keep state: want a StatefulSet, got %s", kind)
+	}
+	c := spec.Containers[0]
+	if c.ReadinessProbe.HTTPGet.Path != "/ready" || c.LivenessProbe.HTTPGet.Path != "/health" {
+		t.Errorf("probes: readiness %s liveness %s", c.ReadinessProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet.Path)
+	}
+	sc := c.SecurityContext
+	if sc.SeccompProfile.Type != corev1.SeccompProfileTypeUnconfined || *sc.ProcMount != corev1.UnmaskedProcMount || *sc.Privileged || *sc.AllowPrivilegeEscalation {
+		t.Errorf("security context %+v", sc)
+	}
+	if spec.HostUsers == nil || *spec.HostUsers {
+		t.Error("procMount Unmasked needs hostUsers: false")
+	}
+	if cfg := config(objs); cfg["AGENTA_RUNNER_ENABLED_SANDBOX_PROVIDERS"] != "local" || cfg["AGENTA_RUNNER_METRICS_ADDR"] != "0.0.0.0:9464" {
+		t.Errorf("config %v", cfg)
+	}
+	if tok := objs["Secret"][0].(*corev1.Secret).StringData["token"]; len(tok) < 32 {
+		t.Errorf("no generated token: %q", tok)
+	}
+	if len(objs["PodDisruptionBudget"]) != 1 || len(objs["Service"]) != 2 {
+		t.Errorf("PDB %d, Services %d", len(objs["PodDisruptionBudget"]), len(objs["Service"]))
+	}
+}
+
+// TestAgentaChartValues: a values file in the shape of Agenta's chart
+// works unchanged.
+func TestAgentaChartValues(t *testing.T) {
+	objs := render(t, "agenta-chart-values.yaml")
+	spec, _ := podSpec(t, objs)
+	c := spec.Containers[0]
+	cfg := config(objs)
+	want := map[string]string{
+		"AGENTA_RUNNER_ENABLED_SANDBOX_PROVIDERS": "local,daytona", "AGENTA_RUNNER_DEFAULT_SANDBOX_PROVIDER": "daytona",
+		"AGENTA_RUNNER_DAYTONA_TARGET": "eu", "AGENTA_RUNNER_DAYTONA_SNAPSHOT": "agenta-agent-sandbox-v1",
+		"AGENTA_RUNNER_DAYTONA_AUTOSTOP_MINUTES": "15", "AGENTA_RUNNER_DAYTONA_AUTODELETE_MINUTES": "30",
+		"AGENTA_RUNNER_DAYTONA_OPAQUE_SECRETS": "off", "AGENTA_RUNNER_LOG_LEVEL": "debug", "AGENTA_RUNNER_SESSION_POOL_MAX": "4",
+	}
+	for k, v := range want {
+		if cfg[k] != v {
+			t.Errorf("%s = %q, want %q", k, cfg[k], v)
+		}
+	}
+	for name, ref := range map[string][2]string{
+		"AGENTA_RUNNER_TOKEN":           {"agenta-runner", "token"},
+		"AGENTA_RUNNER_DAYTONA_API_KEY": {"agenta-runner-daytona", "api-key"},
+		"AGENTA_RUNNER_DATABASE_URL":    {"agenta-runner-db", "url"},
+	} {
+		e := envVar(c, name)
+		if e == nil || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef.Name != ref[0] || e.ValueFrom.SecretKeyRef.Key != ref[1] {
+			t.Errorf("%s: %+v, want the secret %s/%s", name, e, ref[0], ref[1])
+		}
+	}
+	if e := envVar(c, "AGENTA_RUNNER_REPLICA_ID"); e == nil || e.ValueFrom == nil || e.ValueFrom.FieldRef.FieldPath != "metadata.name" {
+		t.Errorf("several replicas need one id each: %+v", e)
+	}
+	if _, ok := objs["Secret"][0].(*corev1.Secret).StringData["token"]; ok {
+		t.Error("the chart's Secret holds a token although auth.tokenSecretRef names the operator's")
+	}
+	if len(spec.Tolerations) != 1 || spec.NodeSelector["kubernetes.io/os"] != "linux" || c.Resources.Limits.Memory().String() != "8Gi" {
+		t.Errorf("scheduling values lost: %+v %+v %+v", spec.Tolerations, spec.NodeSelector, c.Resources)
+	}
+}
+
+// TestAgentaDocsValues: a values file in the shape of Agenta's Daytona
+// documentation works unchanged.
+func TestAgentaDocsValues(t *testing.T) {
+	objs := render(t, "agenta-docs-values.yaml")
+	spec, kind := podSpec(t, objs)
+	if kind != "Deployment" {
+		t.Errorf("Daytona only keeps no local state: want a Deployment, got %s", kind)
+	}
+	cfg := config(objs)
+	want := map[string]string{
+		"AGENTA_RUNNER_ENABLED_SANDBOX_PROVIDERS": "daytona", "AGENTA_RUNNER_DEFAULT_SANDBOX_PROVIDER": "daytona",
+		"AGENTA_RUNNER_DAYTONA_TARGET": "us", "AGENTA_RUNNER_DAYTONA_AUTOSTOP_MINUTES": "20", "AGENTA_RUNNER_DAYTONA_AUTODELETE_MINUTES": "60",
+		"AGENTA_RUNNER_DAYTONA_SESSION_IDLE_TTL_MS": "120000", "AGENTA_RUNNER_DAYTONA_SESSION_MAX_WARM": "10",
+	}
+	for k, v := range want {
+		if cfg[k] != v {
+			t.Errorf("%s = %q, want %q", k, cfg[k], v)
+		}
+	}
+	sec := objs["Secret"][0].(*corev1.Secret).StringData
+	if sec["daytona-api-key"] != "dtn_example_key" {
+		t.Errorf("secret %v", sec)
+	}
+	if e := envVar(spec.Containers[0], "AGENTA_RUNNER_DAYTONA_API_KEY"); e == nil || e.ValueFrom.SecretKeyRef.Key != "daytona-api-key" {
+		t.Errorf("daytona key env %+v", e)
+	}
+	if _, ok := cfg["AGENTA_RUNNER_DAYTONA_API_KEY"]; ok {
+		t.Error("the Daytona key is in the ConfigMap")
+	}
+	if len(objs["ServiceMonitor"]) != 1 {
+		t.Error("no ServiceMonitor")
+	}
+}
+
+// TestRefusals: values that cannot work fail the render, naming the value.
+func TestRefusals(t *testing.T) {
+	helm := os.Getenv("RUNNER_TEST_HELM")
+	if helm == "" {
+		t.Skip("RUNNER_TEST_HELM is not set; .ci/container.sh sets it")
+	}
+	for set, want := range map[string]string{
+		"agentRunner.replicas=3":            "agentRunner.databaseUrl",
+		"agentRunner.provider=daytona":      "agentRunner.daytona.apiKey",
+		"agentRunner.workload=ReplicaSet":   "agentRunner.workload",
+		"agentRunner.providers.default=e2b": "not among the enabled providers",
+	} {
+		out, err := exec.Command(helm, "template", "rel", "../runner", "--set", set).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), want) {
+			t.Errorf("--set %s: %v, want an error naming %s:\n%s", set, err, want, out)
+		}
+	}
+}
