@@ -70,9 +70,15 @@ type Events interface {
 	ReadEvents(ctx context.Context, sessionID string, after int64, limit int) ([]Event, error)
 }
 
-// TurnWriter is an optional ability of a Store: ending a turn in one
-// commit. A turn's last events and its outcome are written together.
+// TurnWriter is an optional ability of a Store: a turn's ledger rows
+// written in the transactions of its events, so that beginning and ending
+// a turn cost no commits of their own.
 type TurnWriter interface {
+	// BeginTurnWithEvents records t as BeginTurn does and appends evs as
+	// AppendEvents does, in one transaction; a refused begin (ErrNotFound,
+	// ErrConflict) writes nothing. It returns the session's last sequence
+	// number.
+	BeginTurnWithEvents(ctx context.Context, t Turn, evs []Event) (int64, error)
 	// EndTurnWithEvents appends evs to the session's log as AppendEvents
 	// does and records the outcome t as EndTurn does, in one transaction.
 	// The events are written even when the outcome is refused (the first

@@ -25,6 +25,9 @@ type appendReq struct {
 	err     error
 	done    chan struct{}
 
+	// begin, when set, is the turn begun in the same transaction, first
+	// (BeginTurnWithEvents); refused, it fails the request alone.
+	begin *store.Turn
 	// end, when set, is the outcome recorded in the same transaction
 	// (EndTurnWithEvents): ended and endErr are its result.
 	end    *store.Turn
@@ -64,6 +67,22 @@ func (s *Store) EndTurnWithEvents(ctx context.Context, t store.Turn, evs []store
 		return store.Turn{}, req.last, fmt.Errorf("end turn %s/%d: %w", t.SessionID, t.Index, req.endErr)
 	}
 	return req.ended, req.last, nil
+}
+
+// BeginTurnWithEvents implements store.TurnWriter, through the appender.
+func (s *Store) BeginTurnWithEvents(ctx context.Context, t store.Turn, evs []store.Event) (int64, error) {
+	if err := t.ValidateBegin(); err != nil {
+		return 0, err
+	}
+	req, err := newAppendReq(ctx, t.SessionID, evs)
+	if err != nil {
+		return 0, err
+	}
+	req.begin = &t
+	if err := s.appendAndWait(req); err != nil {
+		return 0, fmt.Errorf("begin turn %s/%d: %w", t.SessionID, t.Index, err)
+	}
+	return req.last, nil
 }
 
 func newAppendReq(ctx context.Context, sessionID string, evs []store.Event) (*appendReq, error) {
@@ -134,6 +153,14 @@ func (s *Store) commitGroup(group []*appendReq) {
 			if req.err = req.ctx.Err(); req.err != nil {
 				continue
 			}
+			if req.begin != nil {
+				if req.err = s.beginInGroup(tx, *req.begin); req.err != nil {
+					if errors.Is(req.err, errdefs.ErrNotFound) || errors.Is(req.err, errdefs.ErrConflict) {
+						continue // refused: nothing of it was written
+					}
+					return req.err
+				}
+			}
 			if req.end != nil {
 				// The outcome first: a missing session fails here alone.
 				req.ended, req.endErr = s.endTurn(context.Background(), tx, *req.end)
@@ -165,6 +192,25 @@ func (s *Store) commitGroup(group []*appendReq) {
 			req.ended, req.endErr = store.Turn{}, nil
 		}
 	}
+}
+
+// beginInGroup begins t inside a group's transaction, under a savepoint:
+// a refused begin leaves nothing of itself behind (the session's bumped
+// index included), and the rest of the group commits.
+func (s *Store) beginInGroup(tx *sql.Tx, t store.Turn) error {
+	ctx := context.Background()
+	if _, err := tx.ExecContext(ctx, `SAVEPOINT turn_begin`); err != nil {
+		return err
+	}
+	if _, err := s.beginTurn(ctx, tx, t); err != nil {
+		if _, rerr := tx.ExecContext(ctx, `ROLLBACK TO turn_begin`); rerr != nil {
+			return rerr
+		}
+		_, rerr := tx.ExecContext(ctx, `RELEASE turn_begin`)
+		return errors.Join(err, rerr)
+	}
+	_, err := tx.ExecContext(ctx, `RELEASE turn_begin`)
+	return err
 }
 
 // ReadEvents implements store.Events.

@@ -34,17 +34,8 @@ func (s *Store) BeginTurn(ctx context.Context, t store.Turn) (store.Turn, error)
 	}
 	var out store.Turn
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		var id string
-		err := tx.StmtContext(ctx, s.stmts.beginSession).QueryRowContext(ctx, t.Index, nowMS(), t.SessionID).Scan(&id)
-		if err != nil {
-			return notFound(err)
-		}
-		out, err = scanTurn(tx.StmtContext(ctx, s.stmts.insertTurn).QueryRowContext(ctx,
-			t.SessionID, t.Index, t.TurnID, t.Harness, t.AgentSessionID, t.SandboxProvider,
-			t.SandboxID, string(store.TurnRunning), ms(t.StartedAt), t.Owner))
-		if isUnique(err) {
-			return errdefs.ErrConflict
-		}
+		var err error
+		out, err = s.beginTurn(ctx, tx, t)
 		return err
 	})
 	if err != nil {
@@ -68,6 +59,22 @@ func (s *Store) EndTurn(ctx context.Context, t store.Turn) (store.Turn, error) {
 		return store.Turn{}, fmt.Errorf("end turn %s/%d: %w", t.SessionID, t.Index, err)
 	}
 	return out, nil
+}
+
+// beginTurn records t as running in tx.
+func (s *Store) beginTurn(ctx context.Context, tx *sql.Tx, t store.Turn) (store.Turn, error) {
+	var id string
+	err := tx.StmtContext(ctx, s.stmts.beginSession).QueryRowContext(ctx, t.Index, nowMS(), t.SessionID).Scan(&id)
+	if err != nil {
+		return store.Turn{}, notFound(err)
+	}
+	out, err := scanTurn(tx.StmtContext(ctx, s.stmts.insertTurn).QueryRowContext(ctx,
+		t.SessionID, t.Index, t.TurnID, t.Harness, t.AgentSessionID, t.SandboxProvider,
+		t.SandboxID, string(store.TurnRunning), ms(t.StartedAt), t.Owner))
+	if isUnique(err) {
+		return store.Turn{}, errdefs.ErrConflict
+	}
+	return out, err
 }
 
 // endTurn records t's outcome in tx.

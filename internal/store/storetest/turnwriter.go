@@ -19,8 +19,18 @@ func testTurnWriter(t *testing.T, st store.Store) {
 	}
 	ctx := t.Context()
 	newSession(t, st, "s")
-	must(st.AppendEvents(ctx, "s", []store.Event{{Time: t0, Event: wire.Event{Type: wire.EventMessage, Role: "user", Text: "hi"}}}))(t)
-	begun := must(st.BeginTurn(ctx, store.Turn{SessionID: "s", Index: 0, Harness: "claude", StartedAt: t0, Owner: "r1"}))(t)
+	user := []store.Event{{Time: t0, Event: wire.Event{Type: wire.EventMessage, Role: "user", Text: "hi"}}}
+	in := store.Turn{SessionID: "s", Index: 0, Harness: "claude", StartedAt: t0, Owner: "r1"}
+	_, err := tw.BeginTurnWithEvents(ctx, store.Turn{SessionID: "nope", Index: 0, StartedAt: t0}, user)
+	wantErr(t, err, errdefs.ErrNotFound)
+	equal(t, "BeginTurnWithEvents last", must(tw.BeginTurnWithEvents(ctx, in, user))(t), int64(1))
+	begun := must(st.GetTurn(ctx, "s", 0))(t)
+	equal(t, "begun status", begun.Status, store.TurnRunning)
+	// A taken index is refused and writes nothing.
+	_, err = tw.BeginTurnWithEvents(ctx, in, user)
+	wantErr(t, err, errdefs.ErrConflict)
+	sess := must(st.GetSession(ctx, "s"))(t)
+	equal(t, "after a refused begin", []int64{sess.LastSeq, int64(sess.LastTurnIndex)}, []int64{1, 0})
 
 	end := begun
 	end.Status, end.EndedAt, end.StopReason = store.TurnCompleted, t0.Add(time.Second), "end_turn"
