@@ -24,14 +24,17 @@ type eventLog struct {
 	log       *slog.Logger
 	wake      chan struct{} // a token when pending grew or the log closed
 	done      chan struct{}
+	begun     chan struct{} // closed once begin is committed (or failed)
+	begin     *store.Turn   // the turn to begin with the first batch; the writer's
 
 	// mu guards the following.
-	mu      sync.Mutex
-	pending []store.Event
-	closing bool
-	end     *store.Turn // the outcome committed with the last batch
-	err     error       // the first write error
-	endErr  error       // recording end failed
+	mu       sync.Mutex
+	pending  []store.Event
+	closing  bool
+	end      *store.Turn // the outcome committed with the last batch
+	err      error       // the first write error
+	beginErr error       // recording begin failed
+	endErr   error       // recording end failed
 }
 
 // ledger is what the event log writes to.
@@ -43,10 +46,25 @@ type ledger interface {
 // maxEventBatch bounds one append transaction.
 const maxEventBatch = 1024
 
-func newEventLog(st ledger, sessionID string, log *slog.Logger) *eventLog {
-	l := &eventLog{st: st, sessionID: sessionID, log: log, wake: make(chan struct{}, 1), done: make(chan struct{})}
+// newEventLog starts the turn's log. With begin set (the store must be a
+// store.TurnWriter), the turn is begun in the first batch's transaction,
+// beside the harness, instead of in a commit of its own before it.
+func newEventLog(st ledger, sessionID string, log *slog.Logger, begin *store.Turn) *eventLog {
+	l := &eventLog{st: st, sessionID: sessionID, log: log, wake: make(chan struct{}, 1), done: make(chan struct{}), begun: make(chan struct{}), begin: begin}
+	if begin == nil {
+		close(l.begun)
+	}
 	go l.write()
 	return l
+}
+
+// awaitBegin waits until the turn's begin is committed and returns its
+// error: a turn whose begin failed is not in the ledger and must fail.
+func (l *eventLog) awaitBegin() error {
+	<-l.begun
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.beginErr
 }
 
 func (l *eventLog) add(e store.Event) {
@@ -89,6 +107,11 @@ func (l *eventLog) next(batch []store.Event) ([]store.Event, *store.Turn, bool) 
 
 func (l *eventLog) write() {
 	defer close(l.done)
+	defer func() {
+		if l.begin != nil { // never committed: the log closed first
+			l.setBeginErr(errors.New("the turn ended before it was recorded"))
+		}
+	}()
 	var batch []store.Event
 	for {
 		// Group commit without a timer: what arrives while one batch
@@ -124,6 +147,16 @@ func (l *eventLog) write() {
 // commit writes batch, and end with it when set: in one transaction when
 // the store can (a turn's end costs one commit), else the outcome first.
 func (l *eventLog) commit(ctx context.Context, batch []store.Event, end *store.Turn) (int64, error) {
+	if l.begin != nil {
+		begin := *l.begin
+		l.begin = nil // the writer's own field from here on
+		last, err := l.st.(store.TurnWriter).BeginTurnWithEvents(ctx, begin, batch)
+		l.setBeginErr(err)
+		if err != nil || end == nil {
+			return last, err
+		}
+		batch = nil // the outcome follows alone
+	}
 	if end == nil {
 		return l.st.AppendEvents(ctx, l.sessionID, batch)
 	}
@@ -147,6 +180,13 @@ func (l *eventLog) commit(ctx context.Context, batch []store.Event, end *store.T
 		l.mu.Unlock()
 	}
 	return l.st.AppendEvents(ctx, l.sessionID, batch)
+}
+
+func (l *eventLog) setBeginErr(err error) {
+	l.mu.Lock()
+	l.beginErr = err
+	l.mu.Unlock()
+	close(l.begun)
 }
 
 // finish logs last, the turn's final event, commits it with the outcome

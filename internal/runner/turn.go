@@ -206,7 +206,14 @@ func (t *turn) run(ctx context.Context) (out agent.Outcome, err error) {
 	}
 	var lv *live
 	mode := "new"
-	defer func() { t.settle(lv, out, err) }()
+	defer func() {
+		if err == nil && t.evlog != nil {
+			if err = t.evlog.awaitBegin(); err != nil {
+				err = fmt.Errorf("record the turn in the ledger: %w", err)
+			}
+		}
+		t.settle(lv, out, err)
+	}()
 
 	if t.tools, err = t.toolSet(); err != nil {
 		return agent.Outcome{}, err
@@ -311,18 +318,24 @@ func (t *turn) begin(ctx context.Context) ([]wire.Message, error) {
 	if err != nil {
 		return nil, fmt.Errorf("session %s: %w", p.req.SessionID, err)
 	}
-	begun, err := st.BeginTurn(ctx, store.Turn{
+	rec := store.Turn{
 		SessionID: sess.ID, Index: sess.LastTurnIndex + 1, TurnID: p.req.TurnID, Harness: p.harness.spec.Name,
 		SandboxProvider: p.provider, StartedAt: time.Now(), Owner: t.svc.cfg.ReplicaID,
-	})
-	if err != nil {
+	}
+	// While this replica holds the lease, nobody else begins a turn of the
+	// session: its begin rides in the first events' commit, beside the
+	// harness. Otherwise the ledger decides, first.
+	var begin *store.Turn
+	if _, ok := st.(store.TurnWriter); ok && t.cached != nil {
+		begin = &rec
+	} else if _, err := st.BeginTurn(ctx, rec); err != nil {
 		return nil, fmt.Errorf("begin turn of session %s: %w", sess.ID, err)
 	}
-	t.index = begun.Index
+	t.index = rec.Index
 	t.begun = sess
 	t.mu.Lock()
 	t.seq = sess.LastSeq
-	t.evlog = newEventLog(st, sess.ID, t.log)
+	t.evlog = newEventLog(st, sess.ID, t.log, begin)
 	t.hub = t.svc.hubs.get(sess.ID)
 	t.mu.Unlock()
 	t.record(wire.Event{Type: wire.EventMessage, Role: "user", Text: p.tailText}, false)

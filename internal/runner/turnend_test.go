@@ -3,9 +3,11 @@ package runner_test
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
+	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandbox/local"
 	"github.com/agentrunner/runner/internal/store"
@@ -13,10 +15,11 @@ import (
 	"github.com/agentrunner/runner/internal/wire"
 )
 
-// countingStore records how a turn's end reaches the store.
+// countingStore records how a turn's begin and end reach the store.
 type countingStore struct {
 	*sqlite.Store
 	mu       sync.Mutex
+	begins   []string       // "own" for BeginTurn, "batched" for BeginTurnWithEvents
 	endTurns int            // EndTurn calls
 	ends     [][]wire.Event // the events of each EndTurnWithEvents call
 	outcomes []store.TurnStatus
@@ -27,6 +30,20 @@ func (c *countingStore) EndTurn(ctx context.Context, t store.Turn) (store.Turn, 
 	c.endTurns++
 	c.mu.Unlock()
 	return c.Store.EndTurn(ctx, t)
+}
+
+func (c *countingStore) BeginTurn(ctx context.Context, t store.Turn) (store.Turn, error) {
+	c.mu.Lock()
+	c.begins = append(c.begins, "own")
+	c.mu.Unlock()
+	return c.Store.BeginTurn(ctx, t)
+}
+
+func (c *countingStore) BeginTurnWithEvents(ctx context.Context, t store.Turn, evs []store.Event) (int64, error) {
+	c.mu.Lock()
+	c.begins = append(c.begins, "batched")
+	c.mu.Unlock()
+	return c.Store.BeginTurnWithEvents(ctx, t, evs)
 }
 
 func (c *countingStore) EndTurnWithEvents(ctx context.Context, t store.Turn, evs []store.Event) (store.Turn, int64, error) {
@@ -45,7 +62,8 @@ func (c *countingStore) EndTurnWithEvents(ctx context.Context, t store.Turn, evs
 // TestTurnEndsInOneCommit: with a store that can, a session turn's
 // outcome and its last events, done among them, are committed together
 // (one transaction instead of EndTurn and another append), and done
-// reaches the caller only after that commit.
+// reaches the caller only after that commit. A warm turn (the replica
+// holds the lease) is begun in its first events' commit.
 func TestTurnEndsInOneCommit(t *testing.T) {
 	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "runner.db"))
 	if err != nil {
@@ -84,8 +102,42 @@ func TestTurnEndsInOneCommit(t *testing.T) {
 	if len(committedAtDone) != 2 || committedAtDone[0] != 1 || committedAtDone[1] != 2 {
 		t.Fatalf("commits seen when done arrived: %v, want [1 2]", committedAtDone)
 	}
+	if len(cs.begins) != 2 || cs.begins[0] != "own" || cs.begins[1] != "batched" {
+		t.Fatalf("begins %v, want [own batched]: the cold turn's own commit, the warm one's with its events", cs.begins)
+	}
 	turns, err := st.ListTurns(t.Context(), "s")
 	if err != nil || len(turns) != 2 || turns[1].Status != store.TurnCompleted {
 		t.Fatalf("ledger: %+v %v", turns, err)
+	}
+}
+
+// refusingStore refuses every batched begin.
+type refusingStore struct{ *sqlite.Store }
+
+func (r refusingStore) BeginTurnWithEvents(context.Context, store.Turn, []store.Event) (int64, error) {
+	return 0, errdefs.ErrConflict
+}
+
+// TestWarmTurnFailsWhenItsBeginFails: a turn whose batched begin the
+// ledger refused is not on disk, so it is not reported as done: it fails
+// and its harness is not kept.
+func TestWarmTurnFailsWhenItsBeginFails(t *testing.T) {
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "runner.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	p, err := local.New(local.Config{Dir: filepath.Join(t.TempDir(), "sandboxes"), Isolation: "none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvWithStore(t, []sandbox.Provider{p}, refusingStore{st})
+	e.turn(t, req{session: "s", messages: []string{"say one"}}) // cold: its own begin
+	res, err := e.svc.Run(t.Context(), req{session: "s", messages: []string{"say one", "one", "say two"}}.wire(), nil)
+	if err == nil || res.OK || !strings.Contains(err.Error(), "record the turn in the ledger") {
+		t.Fatalf("warm turn with a refused begin: %+v %v", res, err)
+	}
+	if next := e.turn(t, req{session: "s", messages: []string{"say one", "one", "say two", "", "say three"}}); next.mode == "warm" {
+		t.Fatal("the harness of a turn missing from the ledger was kept warm")
 	}
 }
