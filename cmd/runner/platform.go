@@ -5,13 +5,15 @@ import (
 
 	"github.com/agentrunner/runner/internal/config"
 	"github.com/agentrunner/runner/internal/platform/agenta"
+	"github.com/agentrunner/runner/internal/platform/traces"
 	"github.com/agentrunner/runner/internal/runner"
 )
 
-// observers are what follows every session turn: the Agenta platform
-// mirror unless AGENTA_RUNNER_PLATFORM=off.
+// observers are what follows every turn: the trace exporter (for
+// requests with telemetry) and the Agenta platform mirror unless
+// AGENTA_RUNNER_PLATFORM=off.
 func observers(cfg config.Config, replica string, log *slog.Logger) []runner.Observer {
-	var out []runner.Observer
+	out := []runner.Observer{traces.New(traces.Config{Logger: log.With("component", "traces")})}
 	if cfg.Platform.On {
 		out = append(out, agenta.NewMirror(agenta.Config{
 			Base: cfg.Platform.Base, ReplicaID: replica,

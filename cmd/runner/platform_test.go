@@ -94,6 +94,13 @@ func TestPlatformRecords(t *testing.T) {
 			t.Errorf("runner-only data event on the Agenta stream: %s", ev.Name)
 		}
 	}
+	defer func() {
+		if t.Failed() {
+			for _, c := range f.Calls() {
+				t.Logf("call %s %s %d %.200s", c.Method, c.Path, c.Status, c.Body)
+			}
+		}
+	}()
 	f.Wait(t, 10*time.Second, "the done record", hasRecord(f, "rec1", "done"))
 	type row struct {
 		Index          int
@@ -381,5 +388,56 @@ func TestPlatformClientTool(t *testing.T) {
 	}
 	if !strings.Contains(out.Result.Output, `mcp result: {"connected":true}`) {
 		t.Errorf("the call was not fulfilled by the browser's output: %q", out.Result.Output)
+	}
+}
+
+// TestPlatformTraces: a turn is exported over OTLP/HTTP to the request's
+// telemetry endpoint with its headers: invoke_agent, parented on the
+// caller's traceparent, then the turn, then each tool call; the result
+// carries the trace id.
+func TestPlatformTraces(t *testing.T) {
+	f := platformtest.New(t, platformCred)
+	c, _ := platformRunner(t, f)
+	const traceID, parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	req := agentaRequest(f, "tr1", "say hi\ntool Read {\"path\":\"x\"} => data\nusage 10 5", map[string]any{
+		"permissions": map[string]any{"default": "allow"}, "model": "m1",
+		"context": map[string]any{"propagation": map[string]any{"traceparent": "00-" + traceID + "-" + parent + "-01"}},
+	})
+	out, err := c.Run(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Result.TraceID != traceID {
+		t.Errorf("result traceId %q, want the caller's %s", out.Result.TraceID, traceID)
+	}
+	f.Wait(t, 10*time.Second, "the exported trace", func() bool { return len(f.Spans()) >= 3 })
+	byName := map[string]platformtest.Span{}
+	for _, s := range f.Spans() {
+		byName[strings.Fields(s.Name)[0]] = s
+		if s.TraceID != traceID || s.Authorization != platformCred {
+			t.Errorf("span %s: trace %s auth %q", s.Name, s.TraceID, s.Authorization)
+		}
+	}
+	agent, turn, tool := byName["invoke_agent"], byName["turn"], byName["execute_tool"]
+	if agent.ParentID != parent || turn.ParentID != agent.SpanID || tool.ParentID != turn.SpanID {
+		t.Errorf("span tree: agent %+v\nturn %+v\ntool %+v", agent, turn, tool)
+	}
+	if agent.Attributes["gen_ai.agent.name"] != "fake" || agent.Attributes["gen_ai.usage.total_tokens"] != "15" || agent.Attributes["gen_ai.request.model"] != "m1" || agent.Attributes["ag.stop_reason"] != "end_turn" {
+		t.Errorf("invoke_agent attributes %v", agent.Attributes)
+	}
+	if tool.Name != "execute_tool Read" || tool.Attributes["gen_ai.tool.call.id"] != "call-1" || tool.Attributes["output.value"] == "" {
+		t.Errorf("tool span %+v", tool)
+	}
+
+	// Without telemetry, nothing is exported and no trace id is made up.
+	req = agentaRequest(f, "tr2", "say quiet", nil)
+	delete(req, "telemetry")
+	n := len(f.Spans())
+	out, err = c.Run(t.Context(), req)
+	if err != nil || out.Result.TraceID != "" {
+		t.Fatalf("untraced turn: %v traceId %q", err, out.Result.TraceID)
+	}
+	if len(f.Spans()) != n {
+		t.Errorf("spans exported for a turn without telemetry")
 	}
 }

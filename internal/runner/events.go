@@ -213,6 +213,9 @@ func (t *turn) finish(done wire.Event, end *store.Turn) error {
 	t.seq++
 	seq := t.seq
 	t.events = append(t.events, done)
+	if t.observers != nil {
+		t.observeEvent(done)
+	}
 	t.mu.Unlock()
 	endErr, err := t.evlog.finish(store.Event{Seq: seq, TurnIndex: t.index, Time: time.Now(), Event: done}, end)
 	if endErr != nil {

@@ -13,8 +13,9 @@ import (
 // TurnObserver's methods run on the turn's path: they must only hand the
 // work off (queue it) and return.
 type Observer interface {
-	// Begin is called once the turn is in the ledger; nil means the
-	// observer has nothing to do for this turn.
+	// Begin is called once the turn is in the ledger (a turn without a
+	// session: as it starts, with SessionID "" and TurnIndex -1); nil
+	// means the observer has nothing to do for this turn.
 	Begin(ctx context.Context, b TurnBegin) TurnObserver
 }
 
@@ -86,7 +87,7 @@ var ErrStopped = errStopped
 // observe starts the turn's observers; it runs once the turn has a
 // ledger index.
 func (t *turn) observe(ctx context.Context) {
-	if len(t.svc.cfg.Observers) == 0 || t.key == "" {
+	if len(t.svc.cfg.Observers) == 0 {
 		return
 	}
 	p := t.plan

@@ -298,6 +298,7 @@ func (t *turn) run(ctx context.Context) (out agent.Outcome, err error) {
 // its newest message.
 func (t *turn) begin(ctx context.Context) ([]wire.Message, error) {
 	if t.key == "" {
+		t.observe(ctx)
 		return nil, nil
 	}
 	p := t.plan

@@ -78,6 +78,7 @@ type Fake struct {
 	attachments  map[string]Attachment
 	valid        map[string]time.Time // credential -> expiry
 	down         bool
+	spans        []Span
 	changed      chan struct{}
 	seq          int
 }
@@ -241,6 +242,12 @@ func (f *Fake) answer(r *http.Request, body []byte) (int, any, map[string]string
 		return http.StatusServiceUnavailable, detail("service unavailable"), nil
 	}
 	auth := r.Header.Get("Authorization")
+	if r.Method == "POST" && r.URL.Path == "/otlp/v1/traces" {
+		if _, ok := f.valid[auth]; !ok {
+			return http.StatusUnauthorized, detail("Unauthorized"), nil
+		}
+		return f.otlp(r, body)
+	}
 	if exp, ok := f.valid[auth]; !ok || time.Now().After(exp) {
 		return http.StatusUnauthorized, detail("Unauthorized"), nil
 	}
