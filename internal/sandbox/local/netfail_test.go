@@ -10,6 +10,7 @@ import (
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandbox/local"
+	"github.com/agentrunner/runner/internal/sandbox/sandboxtest"
 )
 
 // Network "on" fails closed: each thing its isolated network needs, when
@@ -99,5 +100,24 @@ func TestDescribeNetworkOn(t *testing.T) {
 	}
 	if d := newBwrap(t, func(c *local.Config) { c.Network = local.NetworkHost }).Describe()["network_on"]; d != local.NetworkHost {
 		t.Errorf("network_on = %v, want %q", d, local.NetworkHost)
+	}
+}
+
+// Under network "on" a listed host:port on the host's loopback (the key
+// gateway, a local model server) is served on the sandbox's own loopback;
+// nothing else of the host's loopback is reachable, and no proxy is set.
+func TestNetworkOnForwardsListedLoopback(t *testing.T) {
+	netnsTool(t)
+	listed, other := listen(t), listen(t)
+	p := newBwrap(t, nil)
+	sb := createSpec(t, p, sandbox.Spec{Network: sandbox.Network{Mode: "on", Allow: []string{listed}}})
+	if out, err := run(t, sb, nil, "dial", listed); err != nil || out != "hello from the host\n" {
+		t.Errorf("listed loopback service: %q, %v", out, err)
+	}
+	if out, err := run(t, sb, nil, "dial", other); err == nil {
+		t.Errorf("unlisted loopback service reached: %q", out)
+	}
+	if out, _ := sandboxtest.Sh(t, sb, "echo \"[$HTTP_PROXY]\""); strings.TrimSpace(out) != "[]" {
+		t.Errorf("HTTP_PROXY under network on: %s", out)
 	}
 }
