@@ -117,3 +117,9 @@ for values in "" deploy/helm/test/agenta-chart-values.yaml deploy/helm/test/agen
 done
 step "strict decode of every rendered manifest against the Kubernetes API types"
 (cd deploy/helm/test && RUNNER_TEST_HELM=$helm go test -count=1 ./...)
+
+# --- 3. compose --------------------------------------------------------------
+step "docker compose config: both files"
+AGENTA_RUNNER_TOKEN=$token "$compose" -f deploy/compose/docker-compose.yml config -q
+AGENTA_RUNNER_TOKEN=$token "$compose" -f deploy/compose/docker-compose.agenta.yml config -q
+
