@@ -21,9 +21,10 @@ const usage = `runner runs AI coding agents in sandboxes.
 
 Usage:
   runner serve                 run the HTTP service (needs AGENTA_RUNNER_TOKEN)
-  runner run [flags]           run one turn; request JSON on stdin or flags
+  runner run [flags] [PROMPT]  run one turn, shown as it happens on a terminal (-ask, -session, -workdir, -url)
   runner health [flags]        query a running service's /health
   runner sessions [ID]         a running service's sessions, or one with its turns
+  runner sessions tail ID      follow a session's events live
   runner harness install <name>…  install built-in harnesses (npm, pinned) into AGENTA_RUNNER_HARNESS_DIR
   runner harness list          show installed harnesses, versions and commands
   runner daytona snapshot build [flags]  build the Daytona snapshot the daytona provider uses

@@ -79,6 +79,7 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 		return fail("give the prompt once: -prompt or arguments, not both")
 	}
 	var req *wire.Request
+	piped := false // the request was read from this process's stdin
 	switch {
 	case *requestFile != "":
 		var err error
@@ -101,6 +102,7 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 		if req, err = wire.Decode(body); err != nil {
 			return fail("%v", err)
 		}
+		_, piped = stdin.(*os.File)
 		stdin = nil // consumed: nothing left to answer approvals with
 	}
 	if *harness != "" {
@@ -187,8 +189,14 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 	if mode == "text" {
 		r.screen = render.New(stdout, render.Options{Color: render.ColorEnabled(isTerminal(stdout), envLookup(environ)), Thoughts: *thoughts})
 	}
-	if f, ok := stdin.(*os.File); ok && isTerminal(f) && mode == "text" {
-		r.answers = lines(stdin)
+	if mode == "text" {
+		if f, ok := stdin.(*os.File); ok && isTerminal(f) {
+			r.answers = lines(f)
+		} else if piped && isTerminal(stdout) {
+			// The request came on stdin: ask on the terminal the
+			// person sees the turn on.
+			r.answers = controllingTerminal()
+		}
 	}
 	return r.run(ctx)
 }
@@ -483,6 +491,19 @@ func loopbackAddr(addr string) string {
 		}
 	}
 	return addr
+}
+
+// controllingTerminal reads answers from /dev/tty; nil without one.
+func controllingTerminal() <-chan string {
+	f, err := os.Open("/dev/tty")
+	if err != nil {
+		return nil
+	}
+	if !isTerminal(f) {
+		f.Close()
+		return nil
+	}
+	return lines(f) // f stays open for the process's life, like stdin
 }
 
 func randomID() string {

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -94,6 +95,11 @@ func startTerm(t *testing.T, env []string, args ...string) *term {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return attach(t, cmd, f)
+}
+
+// attach reads the terminal of the started cmd until it exits.
+func attach(t *testing.T, cmd *exec.Cmd, f *os.File) *term {
 	tm := &term{t: t, cmd: cmd, pty: f, copied: make(chan struct{}), out: newLiveBuffer()}
 	tm.out.ended = tm.copied
 	go func() {
@@ -565,5 +571,31 @@ func TestTerminalTypeAheadIsNoAnswer(t *testing.T) {
 	}
 	if out := tm.output(); !strings.Contains(out, "permission selected:no") {
 		t.Fatalf("the typed-ahead line answered the question:\n%s", out)
+	}
+}
+
+// A request piped on stdin is still answered on the terminal the person
+// watches (/dev/tty).
+func TestTerminalApprovalWithTheRequestPiped(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "run", "-o", "text")
+	cmd.Env = append(testEnv(t, "NO_COLOR=1"), asRunnerEnv+"=1")
+	cmd.Stdin = strings.NewReader(`{"harness":"fake","sessionId":"piped","permissions":{"default":"ask"},"messages":[{"role":"user","content":"permission deploy\nsay went on"}]}`)
+	// stdout (fd 1) is the terminal and becomes the controlling one.
+	f, err := pty.StartWithAttrs(cmd, nil, &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm := attach(t, cmd, f)
+	tm.waitFor(`deny \[d\]\? $`)
+	tm.typ("a\n")
+	if code := tm.exit(); code != 0 {
+		t.Fatalf("exit code %d; terminal:\n%s", code, tm.output())
+	}
+	if out := tm.output(); !strings.Contains(out, "permission selected:yes-once") || !strings.Contains(out, "went on") {
+		t.Fatalf("terminal:\n%s", out)
 	}
 }
