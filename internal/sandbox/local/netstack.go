@@ -184,43 +184,26 @@ func resolveHost(host string) ([]netip.Addr, error) {
 	return ips, nil
 }
 
-// openings turns a sandbox's Spec.Network.Allow under mode "on" (the model
+// openings turns a sandbox's Spec.Network.Allow (under "on": the model
 // endpoint, the key gateway) into destinations: entries on the host's
-// loopback become forwards, other addresses and resolved names are opened
-// (on their port when the entry names one). Names that do not resolve open
-// nothing: a public name needs no opening.
-func openings(entries []string, resolve bool) (allow []netip.Prefix, allowTo []netip.AddrPort, forwards []string) {
+// loopback become forwards, other IPs and CIDRs are opened (on their port
+// when the entry names one). Names are not resolved here: a public name
+// needs no opening, a private one is the operator's to list
+// (Config.NetAllow), and "allowlist" opens names through its DNS
+// forwarder.
+func openings(entries []string) (allow []netip.Prefix, allowTo []netip.AddrPort, forwards []string) {
 	forwards = loopbackForwards(entries)
 	for _, e := range entries {
 		r, err := parseRule(strings.TrimSpace(e))
 		if err != nil {
 			continue
 		}
-		var ips []netip.Addr
 		switch {
-		case r.prefix.IsValid():
-			if r.prefix.Addr().IsLoopback() {
-				continue
-			}
-			if r.port == 0 {
-				allow = append(allow, r.prefix)
-				continue
-			}
-			ips = []netip.Addr{r.prefix.Addr()}
-		case strings.HasPrefix(r.host, "."):
-			continue // a wildcard names no address
-		case resolve:
-			ips, _ = resolveHost(r.host)
-		}
-		for _, ip := range ips {
-			if ip.IsLoopback() {
-				continue
-			}
-			if r.port == 0 {
-				allow = append(allow, netip.PrefixFrom(ip, ip.BitLen()))
-			} else {
-				allowTo = append(allowTo, netip.AddrPortFrom(ip, uint16(r.port)))
-			}
+		case !r.prefix.IsValid() || r.prefix.Addr().IsLoopback():
+		case r.port == 0:
+			allow = append(allow, r.prefix)
+		default:
+			allowTo = append(allowTo, netip.AddrPortFrom(r.prefix.Addr(), uint16(r.port)))
 		}
 	}
 	return allow, allowTo, forwards
@@ -634,7 +617,7 @@ func (s *Sandbox) openNetwork() error {
 		return nil
 	}
 	var fw []string
-	s.open, s.openTo, fw = openings(s.spec.Network.Allow, s.mode == "on")
+	s.open, s.openTo, fw = openings(s.spec.Network.Allow)
 	if s.mode == "allowlist" {
 		return s.startDNS()
 	}

@@ -42,6 +42,7 @@ const (
 	simPublic6   = "2001:db8:1::5"
 	simName      = "public.test"
 	simPort      = "7"
+	simOtherPort = "8"
 	// simAllowed is opened by AGENTA_RUNNER_LOCAL_NETWORK_ALLOW in the
 	// inner test; simNotAllowed is next to it and stays refused.
 	simAllowCIDR  = "10.9.0.0/24"
@@ -175,21 +176,23 @@ func queryA(server, name string) (string, error) {
 // answering simName with simPublic. It prints "ready" and serves until
 // stdin closes.
 func helperInetServe([]string) int {
-	ln, err := net.Listen("tcp", ":"+simPort)
-	if err != nil {
-		fmt.Println(err)
-		return 1
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			fmt.Fprintf(c, "hello from %s\n", c.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap())
-			c.Close()
+	for _, port := range []string{simPort, simOtherPort} {
+		ln, err := net.Listen("tcp", ":"+port)
+		if err != nil {
+			fmt.Println(err)
+			return 1
 		}
-	}()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				fmt.Fprintf(c, "hello from %s\n", c.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap())
+				c.Close()
+			}
+		}()
+	}
 	// UDP per address: a wildcard socket would answer from the address
 	// of the route back, which the client's connected socket ignores.
 	for _, a := range append([]string{simPublic, simPublic6, simAllowed, simInetAddr}, simRefused...) {
@@ -492,6 +495,9 @@ func TestNetworkOnInside(t *testing.T) {
 	if _, err := probe("unix", abstract); err != nil {
 		t.Fatalf("control: abstract socket: %v", err)
 	}
+	if _, err := probe("tcp", "10.66.0.1:"+simOtherPort); err != nil {
+		t.Fatalf("control: 10.66.0.1:%s: %v", simOtherPort, err)
+	}
 
 	p := newBwrap(t, func(c *local.Config) {
 		c.NetAllow = []string{simAllowCIDR}
@@ -556,6 +562,17 @@ func TestNetworkOnInside(t *testing.T) {
 	if strings.Contains(after, `"OK":true`) {
 		t.Errorf("the table was changed from inside: %s", after)
 	}
+
+	// A private model endpoint given by IP (Spec.Network.Allow under "on")
+	// opens on its port only.
+	t.Run("model endpoint", func(t *testing.T) {
+		sb := createSpec(t, p, sandbox.Spec{Network: sandbox.Network{Mode: "on", Allow: []string{"10.66.0.1:" + simPort}}})
+		checkProbes(t, sb, []want{
+			{"tcp", "10.66.0.1:" + simPort, "hello from 10.66.0.1"},
+			{"tcp", "10.66.0.1:" + simOtherPort, ""}, // reachable from the host (control below)
+			{"tcp", "172.16.0.1:" + simPort, ""},
+		})
+	})
 
 	// Allowlist on the same stack: everything refused but what is listed;
 	// listed names open through the runner's DNS forwarder.
