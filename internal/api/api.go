@@ -280,7 +280,8 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, turn *runner.Tu
 		if agenta && runnerOnly(ev) {
 			return
 		}
-		out.write(wire.Record{Kind: wire.RecordEvent, Seq: seq, Event: &ev})
+		// done is followed at once by the result, which flushes both.
+		out.put(wire.Record{Kind: wire.RecordEvent, Seq: seq, Event: &ev}, ev.Type != wire.EventDone)
 	})
 	stopPings()
 	res.Events = []wire.Event{}
@@ -298,14 +299,18 @@ type ndjson struct {
 	err  error
 }
 
-func (n *ndjson) write(rec wire.Record) {
+func (n *ndjson) write(rec wire.Record) { n.put(rec, true) }
+
+// put encodes rec, and sends it unless flush is false: then it waits in
+// the buffer for the next record's flush.
+func (n *ndjson) put(rec wire.Record, flush bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.err != nil {
 		return // the client is gone; the turn is being cancelled through its context
 	}
 	n.err = n.enc.Encode(rec)
-	if n.err == nil {
+	if n.err == nil && flush {
 		n.err = n.rc.Flush()
 	}
 	n.last = time.Now()
