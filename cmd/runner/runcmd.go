@@ -151,8 +151,9 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 		cfg.Workdir = abs
 	}
 	serviceURL := "http://" + loopbackAddr(cfg.Addr())
+	found := false
 	if *base == "" && req.SessionID != "" && cfg.Workdir == "" && cfg.Token != "" && serviceAt(ctx, serviceURL, cfg.Token) {
-		*base = serviceURL // the service may hold the session warm
+		*base, found = serviceURL, true // the service may hold the session warm
 	}
 
 	var backend turns
@@ -188,6 +189,9 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 	}
 	if mode == "text" {
 		r.screen = render.New(stdout, render.Options{Color: render.ColorEnabled(isTerminal(stdout), envLookup(environ)), Thoughts: *thoughts})
+		if found {
+			r.screen.Notice("on the service at " + serviceURL)
+		}
 	}
 	if mode == "text" {
 		if f, ok := stdin.(*os.File); ok && isTerminal(f) {

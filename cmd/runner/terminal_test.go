@@ -408,6 +408,9 @@ func TestTerminalAgainstTheService(t *testing.T) {
 		if code := tm.exit(); code != 0 {
 			t.Fatalf("turn %d: exit code %d; terminal:\n%s", i, code, tm.output())
 		}
+		if !strings.Contains(tm.output(), "on the service at "+base) {
+			t.Errorf("turn %d does not say it ran on the service:\n%s", i, tm.output())
+		}
 		ps := pids(tm.output())
 		if len(ps) != 1 {
 			t.Fatalf("turn %d: terminal:\n%s", i, tm.output())
