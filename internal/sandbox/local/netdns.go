@@ -140,7 +140,8 @@ func (d *dnsForwarder) answer(msg []byte) []byte {
 		var dnsErr *net.DNSError
 		switch {
 		case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
-			resp.RCode = dnsmessage.RCodeNameError
+			// No records of this family: an empty answer, not NXDOMAIN,
+			// which would deny the other family's records too.
 		case err != nil:
 			resp.RCode = dnsmessage.RCodeServerFailure
 		default:
