@@ -138,6 +138,9 @@ func (r *Renderer) Event(ev wire.Event) {
 		r.endThought()
 		r.thinking, r.thoughtLen, r.inWord = true, 0, false
 		r.newline()
+		if r.opt.Thoughts {
+			r.write(r.paint(sgrDim, "✻ ")) // marked without colour too
+		}
 	case wire.EventThoughtDelta:
 		r.thinking = true
 		if r.opt.Thoughts {
