@@ -1,12 +1,16 @@
 package runner_test
 
 import (
+	"context"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/sandbox/daytona/daytonatest"
+	"github.com/agentrunner/runner/internal/wire"
 )
 
 // After park (stop) and resume (start), a Daytona sandbox runs in a fresh
@@ -42,5 +46,125 @@ func TestDaytonaResumeFromStoppedKillsNoStranger(t *testing.T) {
 	placed, running := fake.Toolbox(sess.SandboxID)
 	if len(placed) < 2 || !slices.Equal(placed, running) {
 		t.Errorf("toolbox stand-ins at %v, still running %v: the resumed sandbox killed a stranger", placed, running)
+	}
+}
+
+func sandboxOf(t *testing.T, e *remoteEnv, session string) string {
+	t.Helper()
+	sess, err := e.st.GetSession(t.Context(), session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sess.SandboxID
+}
+
+func hasEvent(r turnResult, name string) bool {
+	for _, ev := range r.events {
+		if ev.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// A warm session whose sandbox is deleted out of band: the next turn
+// succeeds in the same call, on a fresh sandbox with the history
+// replayed. Reused at once (no probe), the lost sandbox shows when the
+// prompt cannot be delivered; after an idle spell the probe finds it
+// before.
+func TestDaytonaVanishedWhileWarm(t *testing.T) {
+	for _, probe := range []bool{false, true} {
+		t.Run(map[bool]string{false: "undelivered", true: "probed"}[probe], func(t *testing.T) {
+			fake := daytonatest.New(t, daytonatest.Options{})
+			e := newRemoteEnv(t, fake, nil, func(c *runner.Config) {
+				c.WarmProbeIdle = -1
+				if probe {
+					c.WarmProbeIdle = time.Nanosecond
+				}
+			})
+			msgs := []string{"say remember otter"}
+			first := e.turn(t, req{session: "s", messages: msgs}.wire())
+			lost := sandboxOf(t, e, "s")
+			fake.Vanish(lost) // silently: the warm session's stream hangs
+
+			msgs = append(msgs, first.res.Output, "say again")
+			start := time.Now()
+			again := e.turn(t, req{session: "s", messages: msgs}.wire())
+			t.Logf("vanished warm sandbox to a successful turn: %s", time.Since(start))
+			if !again.res.OK || again.mode != "replay" || !strings.Contains(again.res.Output, "again") {
+				t.Fatalf("turn after the sandbox vanished: ok %v mode %q out %q", again.res.OK, again.mode, again.res.Output)
+			}
+			if fake.Count(routeCreate) != 2 || sandboxOf(t, e, "s") == lost {
+				t.Errorf("creates %d, sandbox %s (lost %s)", fake.Count(routeCreate), sandboxOf(t, e, "s"), lost)
+			}
+			if got := hasEvent(again, "agent-session.fallback"); got == probe {
+				t.Errorf("fallback event %v, want %v (the probe should catch it first: %v)", got, !probe, probe)
+			}
+		})
+	}
+}
+
+// A parked (stopped) session's sandbox deleted out of band: the next turn
+// creates a fresh one and replays the history.
+func TestDaytonaVanishedWhileParked(t *testing.T) {
+	fake := daytonatest.New(t, daytonatest.Options{})
+	e := newRemoteEnv(t, fake, nil)
+	msgs := []string{"say remember otter"}
+	first := e.turn(t, req{session: "s", messages: msgs}.wire())
+	e.clock.Advance(3 * time.Minute)
+	waitFor(t, func() bool { return fake.Count(routeStop) == 1 })
+	fake.Remove(sandboxOf(t, e, "s"))
+	msgs = append(msgs, first.res.Output, "say again")
+	again := e.turn(t, req{session: "s", messages: msgs}.wire())
+	if !again.res.OK || again.mode != "replay" || !strings.Contains(again.res.Output, "again") || fake.Count(routeCreate) != 2 {
+		t.Fatalf("after the parked sandbox vanished: ok %v mode %q creates %d out %q", again.res.OK, again.mode, fake.Count(routeCreate), again.res.Output)
+	}
+}
+
+// A sandbox deleted while the harness is answering: the turn fails fast
+// with an error naming the lost sandbox, and the next turn works. Silent
+// is a sandbox that dies without a word on the wire (connections hang
+// open): the stream's missing heartbeats give it away within seconds.
+func TestDaytonaVanishedMidTurn(t *testing.T) {
+	for _, silent := range []bool{false, true} {
+		t.Run(map[bool]string{false: "deleted", true: "silent"}[silent], func(t *testing.T) {
+			fake := daytonatest.New(t, daytonatest.Options{})
+			e := newRemoteEnv(t, fake, nil)
+			e.turn(t, req{session: "s", messages: []string{"say hello"}}.wire())
+			lost := sandboxOf(t, e, "s")
+			talking := make(chan struct{})
+			var once sync.Once
+			done := make(chan error, 1)
+			w := req{session: "s", messages: []string{"say hello", "hello", "say working\nsleep 60s\nsay finished"}}.wire()
+			go func() {
+				_, err := e.svc.Run(context.Background(), w, func(_ int64, ev wire.Event) {
+					if ev.Type == wire.EventMessageDelta && strings.Contains(ev.Delta, "working") {
+						once.Do(func() { close(talking) })
+					}
+				})
+				done <- err
+			}()
+			<-talking
+			if silent {
+				fake.Vanish(lost)
+			} else {
+				fake.Remove(lost)
+			}
+			start := time.Now()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the turn did not fail within 30 s of its sandbox vanishing")
+			}
+			t.Logf("failed %s after the delete: %v", time.Since(start), err)
+			if err == nil || !strings.Contains(err.Error(), lost) || !strings.Contains(err.Error(), "lost") {
+				t.Fatalf("turn error = %v, want one naming the lost sandbox %s", err, lost)
+			}
+			next := e.turn(t, req{session: "s", messages: []string{"say hello", "hello", "say again"}}.wire())
+			if !next.res.OK || !strings.Contains(next.res.Output, "again") {
+				t.Fatalf("next turn: %+v", next.res)
+			}
+		})
 	}
 }

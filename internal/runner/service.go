@@ -37,6 +37,10 @@ type Config struct {
 	HistoryMaxChars int
 	// TeardownTimeout bounds closing a session and destroying its sandbox.
 	TeardownTimeout time.Duration
+	// WarmProbeIdle is how long a warm session may sit idle before its
+	// sandbox is probed (sandbox.Prober) before reuse; zero means
+	// DefaultWarmProbeIdle, negative never (fallback.go).
+	WarmProbeIdle time.Duration
 
 	// ReplicaID names this runner in the turn ledger and session leases;
 	// it must survive restarts for crash recovery to find its turns.

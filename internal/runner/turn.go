@@ -62,6 +62,10 @@ type turn struct {
 	// harness is never kept warm (the result returns on a cold resume).
 	clientPaused atomic.Bool
 	obs          turnObs // for metrics (metrics.go)
+	// heard counts the harness's events this turn; fellBack is set once
+	// the turn moved to a fresh sandbox (fallback.go).
+	heard    atomic.Int64
+	fellBack bool
 
 	// mu guards the following: events arrive on the harness's reader.
 	mu     sync.Mutex
@@ -104,6 +108,7 @@ func (t *turn) emit(ev wire.Event) {
 // fromHarness is the sink of the harness's own events: they, and not
 // the runner's, show the harness is alive to the run limits.
 func (t *turn) fromHarness(ev wire.Event) {
+	t.heard.Add(1)
 	if t.watch != nil {
 		t.watch.touch()
 	}
@@ -157,7 +162,8 @@ type live struct {
 	channel   *channels         // streams from a remote sandbox to the runner
 	forward   sandbox.Process   // the in-sandbox model forward, remote only
 	diagnose  func(context.Context, DiagnoseInput) error
-	durable   *durable // the synced durable trees, nil without a store
+	durable   *durable  // the synced durable trees, nil without a store
+	parkedAt  time.Time // when it was last parked warm
 
 	// mu guards the following.
 	mu    sync.Mutex
@@ -194,7 +200,6 @@ func (lv *live) attach(t *turn) {
 func (t *turn) run(ctx context.Context) (out agent.Outcome, err error) {
 	defer close(t.done)
 	defer t.svc.unclaim(t)
-	p := t.plan
 	t.emit(wire.DataEvent("agent-status", map[string]string{"phase": "environment_starting"}, true))
 
 	if _, err := t.begin(ctx); err != nil {
@@ -205,7 +210,6 @@ func (t *turn) run(ctx context.Context) (out agent.Outcome, err error) {
 		defer stop()
 	}
 	var lv *live
-	mode := "new"
 	defer func() {
 		if err == nil && t.evlog != nil {
 			if err = t.evlog.awaitBegin(); err != nil {
@@ -218,7 +222,18 @@ func (t *turn) run(ctx context.Context) (out agent.Outcome, err error) {
 	if t.tools, err = t.toolSet(); err != nil {
 		return agent.Outcome{}, err
 	}
-	if t.key != "" {
+	lv, out, err = t.attempt(ctx)
+	if t.fallback(ctx, lv, &err) { // fallback.go
+		lv, out, err = t.attempt(ctx)
+	}
+	return out, err
+}
+
+// attempt runs the turn on the session's warm harness or a cold one.
+func (t *turn) attempt(ctx context.Context) (lv *live, out agent.Outcome, err error) {
+	p := t.plan
+	mode := "new"
+	if t.key != "" && !t.fellBack {
 		lv = t.warm()
 		if lv != nil {
 			mode = "warm"
@@ -228,10 +243,10 @@ func (t *turn) run(ctx context.Context) (out agent.Outcome, err error) {
 	var prior []wire.Message
 	if lv == nil {
 		if prior, err = t.prior(ctx); err != nil {
-			return agent.Outcome{}, err
+			return nil, agent.Outcome{}, err
 		}
 		if lv, err = t.cold(ctx, prior); err != nil {
-			return agent.Outcome{}, err
+			return nil, agent.Outcome{}, err
 		}
 		if lv.sess.Info().Loaded {
 			mode = "load"
@@ -253,7 +268,7 @@ func (t *turn) run(ctx context.Context) (out agent.Outcome, err error) {
 		t.record(wire.DataEvent("agent-session", map[string]string{"mode": "resume", "agentSessionId": lv.sess.ID(), "sandbox": lv.sb.Info().ID}, false), true)
 		out, ok, err := t.resumeWarm(ctx, lv)
 		if ok || err != nil {
-			return out, err
+			return lv, out, err
 		}
 		// The tail answered none of the parked requests: treat it as a new
 		// message on the live session.
@@ -284,13 +299,14 @@ func (t *turn) run(ctx context.Context) (out agent.Outcome, err error) {
 	t.record(wire.DataEvent("agent-session", map[string]string{"mode": mode, "agentSessionId": lv.sess.ID(), "sandbox": lv.sb.Info().ID}, false), true)
 	att, err := t.attachmentBlocks(ctx, lv)
 	if err != nil {
-		return agent.Outcome{}, err
+		return lv, agent.Outcome{}, err
 	}
 	blocks = append(blocks, att...)
 	if out, err = lv.sess.Prompt(ctx, blocks, t.fromHarness); err == nil {
 		err = t.diagnose(ctx, lv, out)
 	}
-	return t.clientPause(ctx, out, err)
+	out, err = t.clientPause(ctx, out, err)
+	return lv, out, err
 }
 
 // begin records the turn in the ledger and opens its event log. It returns
@@ -377,7 +393,7 @@ func (t *turn) warm() *live {
 	lv.awaiting = e.Awaiting()
 	reason, why := lv.mismatch(t.plan)
 	if reason == "" {
-		return lv
+		return t.probed(lv, e) // fallback.go
 	}
 	t.log.Info("warm session not reusable", logkey.Reason, reason, "why", why)
 	t.record(wire.DataEvent("agent-session.teardown", map[string]string{"reason": reason, "why": why}, false), true)
@@ -692,6 +708,7 @@ func (s *Service) park(key string, lv *live, awaiting bool, leaseUntil time.Time
 	} else {
 		s.forgetHold(sessionID)
 	}
+	lv.parkedAt = time.Now()
 	s.pools[lv.provider].Park(&pool.Entry{Key: key, Value: lv, Release: func(ctx context.Context, reason string) {
 		lv.release(ctx, s, reason)
 		s.releaseLease(sessionID)
@@ -730,7 +747,7 @@ func (lv *live) release(ctx context.Context, s *Service, reason string) {
 	if pz, ok := lv.sb.(sandbox.Pauser); ok && pool.Parkable(reason) {
 		if err := pz.Pause(ctx); err == nil {
 			state = store.SandboxPaused
-		} else {
+		} else if !errors.Is(err, errdefs.ErrNotFound) { // gone already: nothing failed
 			s.log.Warn("pause sandbox failed; destroying it", logkey.Sandbox, info.ID, logkey.Error, err)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/sandbox"
 )
 
 // ClientConfig configures a Client.
@@ -38,6 +39,12 @@ type ClientConfig struct {
 	// Attempts bounds the retries of one call across transport errors and
 	// 429/502/503/504 from a proxy; default 30 (about a minute of backoff).
 	Attempts int
+	// Gone, if set, asks the provider whether the sandbox still exists. It
+	// is consulted when requests start failing (at most once a second) and
+	// returns an error wrapping sandbox.ErrGone when the sandbox is gone;
+	// the failing call then ends with that error at once, instead of
+	// retrying a dead sandbox for a minute. Other errors are ignored.
+	Gone func(ctx context.Context) error
 	// AckEvery is how much output a reader consumes between acknowledgements;
 	// it must stay well below the daemon's MaxBuffer or the daemon stalls the
 	// process waiting for one. Default 1 MiB (the daemon's default buffer is 8).
@@ -48,9 +55,47 @@ type ClientConfig struct {
 type Client struct {
 	cfg ClientConfig
 
-	// mu guards base.
-	mu   sync.Mutex
-	base string
+	// mu guards the following.
+	mu        sync.Mutex
+	base      string
+	goneAt    time.Time // when Gone was last asked
+	goneErr   error     // what it said then, if the sandbox is gone
+	goneAsked bool
+	// lost ends once goneErr is set: requests that no heartbeat covers
+	// (a long poll) end then rather than hang.
+	lost     context.Context
+	markLost context.CancelFunc
+}
+
+// goneEvery bounds how often a failing client asks the provider whether
+// the sandbox is gone.
+const goneEvery = time.Second
+
+// gone returns the error of cfg.Gone when it says the sandbox is gone,
+// asking at most once per goneEvery; a gone sandbox stays gone.
+func (c *Client) gone(ctx context.Context) error {
+	if c.cfg.Gone == nil {
+		return nil
+	}
+	c.mu.Lock()
+	if c.goneErr != nil || (c.goneAsked && time.Since(c.goneAt) < goneEvery) {
+		err := c.goneErr
+		c.mu.Unlock()
+		return err
+	}
+	c.goneAsked, c.goneAt = true, time.Now()
+	c.mu.Unlock()
+	err := c.cfg.Gone(ctx)
+	if !errors.Is(err, sandbox.ErrGone) {
+		return nil
+	}
+	c.mu.Lock()
+	if c.goneErr == nil {
+		c.goneErr = err
+		c.markLost()
+	}
+	c.mu.Unlock()
+	return err
 }
 
 // NewClient returns a client for the daemon described by cfg.
@@ -67,7 +112,9 @@ func NewClient(cfg ClientConfig) *Client {
 	if cfg.AckEvery <= 0 {
 		cfg.AckEvery = 1 << 20
 	}
-	return &Client{cfg: cfg, base: strings.TrimSuffix(cfg.BaseURL, "/")}
+	c := &Client{cfg: cfg, base: strings.TrimSuffix(cfg.BaseURL, "/")}
+	c.lost, c.markLost = context.WithCancel(context.Background())
+	return c
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -136,6 +183,9 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	var last error
 	for attempt := range c.cfg.Attempts {
 		if attempt > 0 {
+			if err := c.gone(ctx); err != nil {
+				return nil, fmt.Errorf("sandboxd %s %s: %w", method, path, errors.Join(err, last))
+			}
 			if err := c.cfg.Sleep(ctx, backoff(attempt)); err != nil {
 				return nil, errors.Join(err, last)
 			}
@@ -176,6 +226,9 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 			refreshed = true
 			base, err := c.cfg.Refresh(ctx)
 			if err != nil {
+				if gerr := c.gone(ctx); gerr != nil {
+					err = gerr
+				}
 				return nil, errors.Join(last, err)
 			}
 			c.mu.Lock()

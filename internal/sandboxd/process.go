@@ -17,10 +17,15 @@ import (
 	"github.com/agentrunner/runner/internal/sandbox"
 )
 
+// DefaultHeartbeat is how often the daemon writes a keep-alive line on
+// an idle stream.
+const DefaultHeartbeat = time.Second
+
 // idleLimit is how long a stream may stay silent (no event, no heartbeat)
-// before the reader assumes the connection is dead and reconnects. The
-// daemon sends a heartbeat every few seconds.
-const idleLimit = 30 * time.Second
+// before the reader assumes the connection is dead and reconnects: three
+// missed heartbeats. With the client's Gone check on the reconnect, a
+// sandbox that vanished under a stream is known within about 4 s.
+const idleLimit = 3 * DefaultHeartbeat
 
 // Process is a process (or an accepted channel) in the daemon, seen from
 // the runner. It implements sandbox.Process.
@@ -119,7 +124,7 @@ func (p *Process) wait() error {
 	var wr WaitResponse
 	for !wr.Exited {
 		wr = WaitResponse{}
-		if err := p.c.getJSON(p.ctx, p.path("/wait"), url.Values{"timeout": {"25s"}}, &wr); err != nil {
+		if err := p.poll(&wr); err != nil {
 			p.release()
 			return fmt.Errorf("wait %s: %w", p.id, err)
 		}
@@ -149,6 +154,30 @@ func (p *Process) wait() error {
 		return &sandbox.ExitError{Code: st.Code, Signal: st.Signal}
 	}
 	return nil
+}
+
+// waitPoll is how long one /wait long poll lasts on the daemon; the
+// client gives it idleLimit more before it takes the connection for dead
+// (a long poll carries no heartbeat).
+const waitPoll = 25 * time.Second
+
+// poll is one /wait long poll. It ends early, with the client's Gone
+// error, once the client learns the sandbox is gone.
+func (p *Process) poll(wr *WaitResponse) error {
+	ctx, cancel := context.WithTimeout(p.ctx, waitPoll+idleLimit)
+	defer cancel()
+	stop := context.AfterFunc(p.c.lost, cancel)
+	defer stop()
+	err := p.c.getJSON(ctx, p.path("/wait"), url.Values{"timeout": {waitPoll.String()}}, wr)
+	if err != nil && ctx.Err() != nil && p.ctx.Err() == nil {
+		if gerr := p.c.gone(p.ctx); gerr != nil {
+			return gerr
+		}
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil // a silent poll: ask again (the loop does)
+		}
+	}
+	return err
 }
 
 // release ends every request of the process and makes the daemon forget it.

@@ -73,7 +73,7 @@ type Config struct {
 	// disables channels.
 	Socket string
 	// Heartbeat is the interval of keep-alive lines on idle streams;
-	// default 5s.
+	// default DefaultHeartbeat.
 	Heartbeat time.Duration
 	// MaxBuffer bounds the unacknowledged output of one entry; default 8 MiB.
 	MaxBuffer int
@@ -101,7 +101,7 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, errdefs.Invalidf("sandboxd: token is required")
 	}
 	if cfg.Heartbeat <= 0 {
-		cfg.Heartbeat = 5 * time.Second
+		cfg.Heartbeat = DefaultHeartbeat
 	}
 	if cfg.MaxBuffer <= 0 {
 		cfg.MaxBuffer = 8 << 20

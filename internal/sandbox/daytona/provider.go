@@ -266,7 +266,7 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandb
 		// Nothing may leak: the caller never learns this id.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		if derr := p.api.remove(dctx, sb.ID); derr != nil && !errors.Is(derr, errdefs.ErrNotFound) {
+		if derr := p.remove(dctx, sb.ID); derr != nil {
 			log.Error("delete failed sandbox", logkey.Error, derr)
 		}
 		return nil, err
@@ -443,7 +443,7 @@ func (p *Provider) ListIDs(ctx context.Context) ([]string, error) {
 func (p *Provider) Remove(ctx context.Context, id string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
-	if err := p.api.remove(ctx, id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+	if err := p.remove(ctx, id); err != nil {
 		return fmt.Errorf("daytona sandbox %s: %w", id, err)
 	}
 	p.log.Info("sandbox removed", logkey.Sandbox, id)

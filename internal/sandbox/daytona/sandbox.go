@@ -34,6 +34,7 @@ type Sandbox struct {
 var (
 	_ sandbox.Sandbox = (*Sandbox)(nil)
 	_ sandbox.Pauser  = (*Sandbox)(nil)
+	_ sandbox.Prober  = (*Sandbox)(nil)
 )
 
 // attach waits for sb to run, makes sure this version's daemon runs in
@@ -63,6 +64,7 @@ func (p *Provider) attach(ctx context.Context, sb *apiSandbox, fresh bool, log *
 				return p.api.previewURL(ctx, id, p.cfg.DaemonPort, p.cfg.PreviewExpiry)
 			},
 			Sleep: p.api.sleep,
+			Gone:  p.gone(id),
 		})
 	}
 	var h sandboxd.Health
@@ -275,7 +277,7 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
-	if err := s.p.api.remove(ctx, s.id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+	if err := s.p.remove(ctx, s.id); err != nil {
 		return fmt.Errorf("daytona sandbox %s: %w", s.id, err)
 	}
 	s.gone = true

@@ -69,7 +69,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	s.sandboxes[id] = &box{sb: sb, next: "started", polls: s.opts.TransitionPolls, root: root,
-		sessions: map[string]map[string]*command{}, proxied: map[int]context.CancelFunc{}}
+		sessions: map[string]map[string]*command{}, proxied: map[int]context.CancelFunc{}, freezers: map[int]*freezer{}}
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, sb)
 }

@@ -116,6 +116,7 @@ type box struct {
 	root     string
 	sessions map[string]map[string]*command
 	proxied  map[int]context.CancelFunc // live preview requests
+	freezers map[int]*freezer           // the same requests, for Vanish
 	nproxied int
 	boot     *boot // the running boot; nil before the first process
 	taken    []int // pids in use when the last boot ended
@@ -325,6 +326,25 @@ func (s *Server) Remove(id string) {
 		for k, c := range b.proxied {
 			c()
 			delete(b.proxied, k)
+		}
+	}
+	s.mu.Unlock()
+	if b != nil {
+		s.halt(b)
+	}
+}
+
+// Vanish deletes sandbox id out of band without a word on the wire: its
+// live preview connections go silent and stay open (no close, no error),
+// as when a sandbox dies behind a proxy; only keep-alives can tell.
+func (s *Server) Vanish(id string) {
+	s.mu.Lock()
+	b := s.sandboxes[id]
+	delete(s.sandboxes, id)
+	if b != nil {
+		for k, f := range b.freezers {
+			close(f.frozen)
+			delete(b.freezers, k)
 		}
 	}
 	s.mu.Unlock()

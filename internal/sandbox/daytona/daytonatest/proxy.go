@@ -48,13 +48,18 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 	b.nproxied++
 	key := b.nproxied
 	b.proxied[key] = cancel
+	fw := &freezer{ResponseWriter: w, ctx: r.Context(), frozen: make(chan struct{})}
+	b.freezers[key] = fw
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		delete(b.proxied, key)
+		delete(b.freezers, key)
 		s.mu.Unlock()
 		cancel()
 	}()
+	defer fw.hang()
+	w = fw
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
@@ -67,4 +72,48 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		},
 	}
 	rp.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// freezer is a preview response that Vanish can make go silent: from then
+// on nothing more reaches the client and the connection stays open, as a
+// connection to a sandbox that died without a word does, until the
+// client gives up.
+type freezer struct {
+	http.ResponseWriter
+	ctx    context.Context
+	frozen chan struct{}
+}
+
+func (f *freezer) isFrozen() bool {
+	select {
+	case <-f.frozen:
+		return true
+	default:
+		return false
+	}
+}
+
+func (f *freezer) Write(p []byte) (int, error) {
+	if f.isFrozen() {
+		<-f.ctx.Done()
+		return 0, f.ctx.Err()
+	}
+	return f.ResponseWriter.Write(p)
+}
+
+func (f *freezer) Flush() {
+	if !f.isFrozen() {
+		if fl, ok := f.ResponseWriter.(http.Flusher); ok {
+			fl.Flush()
+		}
+	}
+}
+
+func (f *freezer) Unwrap() http.ResponseWriter { return f.ResponseWriter }
+
+// hang holds a frozen response open until the client leaves.
+func (f *freezer) hang() {
+	if f.isFrozen() {
+		<-f.ctx.Done()
+	}
 }
