@@ -17,20 +17,22 @@ import (
 // harness's reader goroutine, and is flushed before the turn's result is
 // returned. Events wait in a slice, not a channel: a turn has a handful,
 // and a channel big enough for a streaming harness's bursts would cost
-// every turn its allocation.
+// every turn its allocation. A drainer goroutine runs only while there is
+// something to write; the turn's last batch, when no drainer runs, is
+// committed by the turn itself, without waking one.
 type eventLog struct {
 	st        ledger
 	sessionID string
 	log       *slog.Logger
-	wake      chan struct{} // a token when pending grew or the log closed
-	done      chan struct{}
-	begun     chan struct{} // closed once begin is committed (or failed)
-	begin     *store.Turn   // the turn to begin with the first batch; the writer's
+	begun     chan struct{}  // closed once begin is committed (or failed)
+	drainer   sync.WaitGroup // the drainer running now, if any
 
 	// mu guards the following.
 	mu       sync.Mutex
 	pending  []store.Event
-	closing  bool
+	draining bool        // a drainer runs (or the turn drains the rest)
+	closing  bool        // the last event is in
+	begin    *store.Turn // the turn to begin with the first batch
 	end      *store.Turn // the outcome committed with the last batch
 	err      error       // the first write error
 	beginErr error       // recording begin failed
@@ -46,15 +48,14 @@ type ledger interface {
 // maxEventBatch bounds one append transaction.
 const maxEventBatch = 1024
 
-// newEventLog starts the turn's log. With begin set (the store must be a
+// newEventLog opens the turn's log. With begin set (the store must be a
 // store.TurnWriter), the turn is begun in the first batch's transaction,
 // beside the harness, instead of in a commit of its own before it.
 func newEventLog(st ledger, sessionID string, log *slog.Logger, begin *store.Turn) *eventLog {
-	l := &eventLog{st: st, sessionID: sessionID, log: log, wake: make(chan struct{}, 1), done: make(chan struct{}), begun: make(chan struct{}), begin: begin}
+	l := &eventLog{st: st, sessionID: sessionID, log: log, begun: make(chan struct{}), begin: begin}
 	if begin == nil {
 		close(l.begun)
 	}
-	go l.write()
 	return l
 }
 
@@ -67,64 +68,58 @@ func (l *eventLog) awaitBegin() error {
 	return l.beginErr
 }
 
+// add queues e and starts a drainer unless one runs.
 func (l *eventLog) add(e store.Event) {
 	l.mu.Lock()
 	l.pending = append(l.pending, e)
+	start := !l.draining && !l.closing
+	if start {
+		l.draining = true
+		l.drainer.Add(1)
+	}
 	l.mu.Unlock()
-	l.signal()
-}
-
-func (l *eventLog) signal() {
-	select {
-	case l.wake <- struct{}{}:
-	default: // the writer has a token already
+	if start {
+		go func() {
+			defer l.drainer.Done()
+			l.drain()
+		}()
 	}
 }
 
-// next takes the next batch, and the outcome to commit with it when it
-// is the last; false once the log is closed and drained.
-func (l *eventLog) next(batch []store.Event) ([]store.Event, *store.Turn, bool) {
-	for {
-		l.mu.Lock()
-		n := min(len(l.pending), maxEventBatch)
-		batch = append(batch[:0], l.pending[:n]...)
-		l.pending = append(l.pending[:0], l.pending[n:]...)
-		var end *store.Turn
-		if l.closing && len(l.pending) == 0 {
-			end, l.end = l.end, nil
-		}
-		closing := l.closing
-		l.mu.Unlock()
-		if n > 0 || end != nil {
-			return batch, end, true
-		}
-		if closing {
-			return nil, nil, false
-		}
-		<-l.wake
+// take takes the next batch, with the begin and the outcome to commit
+// with it; false when there is nothing (the drainer then stops).
+func (l *eventLog) take(batch []store.Event) (_ []store.Event, begin, end *store.Turn, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := min(len(l.pending), maxEventBatch)
+	batch = append(batch[:0], l.pending[:n]...)
+	l.pending = append(l.pending[:0], l.pending[n:]...)
+	if l.closing && len(l.pending) == 0 {
+		end, l.end = l.end, nil
 	}
+	if n == 0 && end == nil {
+		l.draining = false
+		return nil, nil, nil, false
+	}
+	begin, l.begin = l.begin, nil
+	return batch, begin, end, true
 }
 
-func (l *eventLog) write() {
-	defer close(l.done)
-	defer func() {
-		if l.begin != nil { // never committed: the log closed first
-			l.setBeginErr(errors.New("the turn ended before it was recorded"))
-		}
-	}()
+// drain commits batches until nothing is pending. Group commit without a
+// timer: what arrives while one batch commits goes into the next, so a
+// streaming harness is not held to one transaction per event, and a
+// quiet one waits for nothing.
+func (l *eventLog) drain() {
 	var batch []store.Event
 	for {
-		// Group commit without a timer: what arrives while one batch
-		// commits goes into the next, so a streaming harness is not held
-		// to one transaction per event, and a quiet one waits for nothing.
+		var begin, end *store.Turn
 		var ok bool
-		var end *store.Turn
-		if batch, end, ok = l.next(batch); !ok {
+		if batch, begin, end, ok = l.take(batch); !ok {
 			return
 		}
 		// The log must survive the caller's disconnect: its own context.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		last, err := l.commit(ctx, batch, end)
+		last, err := l.commit(ctx, batch, begin, end)
 		cancel()
 		if err != nil {
 			l.mu.Lock()
@@ -144,13 +139,11 @@ func (l *eventLog) write() {
 	}
 }
 
-// commit writes batch, and end with it when set: in one transaction when
-// the store can (a turn's end costs one commit), else the outcome first.
-func (l *eventLog) commit(ctx context.Context, batch []store.Event, end *store.Turn) (int64, error) {
-	if l.begin != nil {
-		begin := *l.begin
-		l.begin = nil // the writer's own field from here on
-		last, err := l.st.(store.TurnWriter).BeginTurnWithEvents(ctx, begin, batch)
+// commit writes batch, with begin before it and end after it when set:
+// in one transaction each when the store can, else the outcome first.
+func (l *eventLog) commit(ctx context.Context, batch []store.Event, begin, end *store.Turn) (int64, error) {
+	if begin != nil {
+		last, err := l.st.(store.TurnWriter).BeginTurnWithEvents(ctx, *begin, batch)
 		l.setBeginErr(err)
 		if err != nil || end == nil {
 			return last, err
@@ -190,16 +183,21 @@ func (l *eventLog) setBeginErr(err error) {
 }
 
 // finish logs last, the turn's final event, commits it with the outcome
-// end (nil for none), flushes and waits. It returns the error recording
-// end and the first write error of the log.
+// end (nil for none), flushes and waits: in the caller's goroutine when
+// no drainer runs, else the drainer takes it. It returns the error
+// recording end and the first write error of the log.
 func (l *eventLog) finish(last store.Event, end *store.Turn) (endErr, err error) {
 	l.mu.Lock()
 	l.pending = append(l.pending, last)
 	l.closing = true
 	l.end = end
+	inline := !l.draining
+	l.draining = true
 	l.mu.Unlock()
-	l.signal()
-	<-l.done
+	if inline {
+		l.drain()
+	}
+	l.drainer.Wait()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.endErr, l.err
