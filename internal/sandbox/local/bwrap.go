@@ -317,9 +317,16 @@ func (b *bwrap) command(s *Sandbox, path string, argv, env []string, dir string)
 		blockFD := fd(br)
 		args = append(args, "--block-fd", blockFD)
 		l.attach = func(pid int) (*netAttach, error) {
-			a, err := s.p.net.attach(pid, blockFD, s.root, s.p.net.policy(s))
+			pol, seen, err := s.p.net.policy(s)
+			if err != nil {
+				return nil, err
+			}
+			a, err := s.p.net.attach(pid, blockFD, s.root, pol)
 			if err == nil && s.dns != nil {
-				s.trackNet(a)
+				if err = s.trackNet(a, seen); err != nil {
+					a.close()
+					return nil, err
+				}
 			}
 			return a, err
 		}

@@ -210,9 +210,14 @@ func openings(entries []string) (allow []netip.Prefix, allowTo []netip.AddrPort,
 }
 
 // policy is the table for one launch of s: the host's addresses are read
-// now, since they change.
-func (n *netstack) policy(s *Sandbox) netPolicy {
-	pol := netPolicy{
+// now, since they change. seen counts the DNS forwarder's addresses it
+// holds, for trackNet.
+func (n *netstack) policy(s *Sandbox) (pol netPolicy, seen int, err error) {
+	host, err := hostAddrs()
+	if err != nil {
+		return pol, 0, err
+	}
+	pol = netPolicy{
 		Allow:   append([]netip.Prefix(nil), s.open...),
 		AllowTo: append([]netip.AddrPort(nil), s.openTo...),
 		Refuse:  append([]netip.Prefix(nil), refusedRanges...),
@@ -227,26 +232,31 @@ func (n *netstack) policy(s *Sandbox) netPolicy {
 		for _, a := range s.resolved {
 			pol.Allow = append(pol.Allow, netip.PrefixFrom(a, a.BitLen()))
 		}
+		seen = len(s.resolved)
 		s.mu.Unlock()
 	}
-	pol.Refuse = append(pol.Refuse, hostAddrs()...)
-	return pol
+	pol.Refuse = append(pol.Refuse, host...)
+	return pol, seen, nil
 }
 
 // hostAddrs are the host's own addresses, read now since they change.
-func hostAddrs() []netip.Prefix {
+// Without them the table could not refuse them: an error, never an empty
+// list.
+func hostAddrs() ([]netip.Prefix, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, fmt.Errorf("the host's addresses: %w", err)
+	}
 	var out []netip.Prefix
-	if addrs, err := net.InterfaceAddrs(); err == nil {
-		for _, a := range addrs {
-			if ipn, ok := a.(*net.IPNet); ok {
-				if ip, ok := netip.AddrFromSlice(ipn.IP); ok {
-					ip = ip.Unmap()
-					out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
-				}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(ipn.IP); ok {
+				ip = ip.Unmap()
+				out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
 // refusedAddr reports whether a lies in a refused range or is the host's.
@@ -663,7 +673,10 @@ func (s *Sandbox) openResolved(addrs []netip.Addr) error {
 	// A listed name that resolves to a private or host address (DNS
 	// rebinding onto the metadata endpoint) opens nothing: only listed IPs
 	// and CIDRs open those.
-	host := hostAddrs()
+	host, err := hostAddrs()
+	if err != nil {
+		return err
+	}
 	s.mu.Lock()
 	var fresh []netip.Addr
 	for _, a := range addrs {
@@ -696,17 +709,23 @@ func (s *Sandbox) openResolved(addrs []netip.Addr) error {
 }
 
 // trackNet registers a live process's network for openResolved until it
-// closes.
-func (s *Sandbox) trackNet(a *netAttach) {
+// closes, and opens what the forwarder resolved since its policy was made
+// (the first seen addresses are in its table).
+func (s *Sandbox) trackNet(a *netAttach, seen int) error {
 	s.mu.Lock()
 	if s.nets == nil {
 		s.nets = map[*netAttach]struct{}{}
 	}
 	s.nets[a] = struct{}{}
+	missed := slices.Clone(s.resolved[seen:])
 	s.mu.Unlock()
 	a.onClose = func() {
 		s.mu.Lock()
 		delete(s.nets, a)
 		s.mu.Unlock()
 	}
+	if len(missed) == 0 {
+		return nil
+	}
+	return a.openAddrs(missed)
 }
