@@ -51,6 +51,9 @@ func buildService(ctx context.Context, cfg config.Config, environ []string, log 
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("data dir %s: %w (set AGENTA_RUNNER_DATA_DIR to a writable directory)", cfg.DataDir, err)
 	}
+	if _, err := overrideBinds(cfg); err != nil { // override.go: refused at boot
+		return nil, nil, err
+	}
 	st, err := openStore(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
@@ -214,7 +217,7 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 		SecretRefusal:   refuse,
 		Tools:           tc,
 		Configure:       harnessConfigurer(cfg, environ),
-		Binds:           harnessBinds(cfg, log),
+		Binds:           append(harnessBinds(cfg, log), overrideBindsChecked(cfg)...),
 		Observers:       observers(cfg, replica, log),
 		Workdir:         cfg.Workdir,
 		Metrics:         obs,

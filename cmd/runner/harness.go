@@ -28,21 +28,29 @@ import (
 
 // harnessConfigurer turns each turn's request into the built-in harness's
 // own configuration: the installed command (never npx), config files in
-// the session's private home, env, and the ACP mode. Custom harnesses
-// (AGENTA_RUNNER_HARNESS_<NAME>) and names outside the catalogue run as
-// configured, untouched. environ is the runner's own environment, read
-// only for credentialMode runtime_provided.
+// the session's private home, env, and the ACP mode. An override of a
+// built-in name (AGENTA_RUNNER_HARNESS_CLAUDE=…) replaces only the
+// command: the harness is still configured from the request's
+// modelConnection (base URL, key, model), else it would call its vendor's
+// public API; a request without a modelConnection runs it as given.
+// Names outside the catalogue run as configured, untouched. environ is
+// the runner's own environment, read only for credentialMode
+// runtime_provided.
 func harnessConfigurer(cfg config.Config, environ []string) runner.Configurer {
 	getenv := envLookup(environ)
 	return func(ctx context.Context, s runner.HarnessSetup) (runner.HarnessConfig, error) {
-		if h, ok := cfg.Harnesses[s.Harness]; !ok || h.Custom {
+		h, ok := cfg.Harnesses[s.Harness]
+		if !ok || (h.Custom && s.Request.ModelConnection == nil) {
 			return runner.HarnessConfig{}, nil
 		}
 		if _, ok := harness.Lookup(s.Harness); !ok {
 			return runner.HarnessConfig{}, nil
 		}
 		resolve := func(name string) ([]string, map[string]string, error) { return harness.Resolve(cfg.HarnessDir, name) }
-		if s.Provider == "daytona" {
+		switch {
+		case h.Custom:
+			resolve = func(string) ([]string, map[string]string, error) { return h.Command, nil, nil }
+		case s.Provider == "daytona":
 			// Remote sandboxes run the harnesses the snapshot installed
 			// (`runner daytona snapshot build`), not the host's.
 			resolve = daytonaHarnessCommand

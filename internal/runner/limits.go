@@ -3,10 +3,12 @@ package runner
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/wire"
 )
 
 // Limits bound a turn (reference 3.3): its whole length, the wait for its
@@ -30,13 +32,20 @@ type watchdog struct {
 	stopped bool
 }
 
-func startWatchdog(l Limits, cancel context.CancelCauseFunc) *watchdog {
+// startWatchdog starts the turn's limits. endpoint, when known, is the
+// model endpoint the harness calls: a harness that sends nothing is most
+// often one that cannot reach it, so the TTFB error names it.
+func startWatchdog(l Limits, cancel context.CancelCauseFunc, endpoint string) *watchdog {
 	w := &watchdog{limits: l, cancel: cancel}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if l.TTFB > 0 {
+		hint := ""
+		if endpoint != "" {
+			hint = "; check that the harness reaches its model endpoint " + endpoint
+		}
 		w.timer = time.AfterFunc(l.TTFB, func() {
-			w.trip(fmt.Errorf("the harness sent nothing for %s (AGENTA_RUNNER_RUN_TTFB_TIMEOUT_MS)", l.TTFB))
+			w.trip(fmt.Errorf("the harness sent nothing for %s (AGENTA_RUNNER_RUN_TTFB_TIMEOUT_MS)%s", l.TTFB, hint))
 		})
 	}
 	return w
@@ -82,4 +91,17 @@ func (w *watchdog) stop() {
 	if w.timer != nil {
 		w.timer.Stop()
 	}
+}
+
+// modelEndpoint is the model endpoint a request names, for errors: the
+// base URL without its query (which may carry a key).
+func modelEndpoint(req *wire.Request) string {
+	if req == nil || req.ModelConnection == nil || req.ModelConnection.Endpoint == nil {
+		return ""
+	}
+	u := req.ModelConnection.Endpoint.BaseURL
+	if i := strings.IndexAny(u, "?#"); i >= 0 {
+		u = u[:i]
+	}
+	return u
 }

@@ -168,3 +168,15 @@ func TestDaytonaVanishedMidTurn(t *testing.T) {
 		})
 	}
 }
+
+// A harness that cannot reach its model sends nothing: the turn fails at
+// the TTFB limit with the model endpoint named.
+func TestTTFBNamesTheModelEndpoint(t *testing.T) {
+	e := newEnv(t, func(cfg *runner.Config) { cfg.Limits = runner.Limits{TTFB: 300 * time.Millisecond} })
+	w := req{messages: []string{"sleep 1h"}}.wire()
+	w.ModelConnection = &wire.ModelConnection{Provider: "anthropic", Deployment: "custom", Endpoint: &wire.Endpoint{BaseURL: "http://model.internal:4000/v1?key=secret"}}
+	_, err := e.svc.Run(t.Context(), w, nil)
+	if err == nil || !strings.Contains(err.Error(), "AGENTA_RUNNER_RUN_TTFB_TIMEOUT_MS") || !strings.Contains(err.Error(), "http://model.internal:4000/v1") || strings.Contains(err.Error(), "secret") {
+		t.Fatalf("err %v, want the TTFB limit naming the model endpoint (without its query)", err)
+	}
+}

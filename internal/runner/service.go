@@ -339,7 +339,7 @@ func (s *Service) run(ctx context.Context, t *turn, sink Sink) (wire.Result, err
 	}
 	t.cancel = cancel
 	t.sink = sink
-	t.watch = startWatchdog(s.cfg.Limits, cancel)
+	t.watch = startWatchdog(s.cfg.Limits, cancel, modelEndpoint(t.plan.req))
 	defer t.watch.stop()
 	if err := s.register(t); err != nil {
 		cancel(nil)
