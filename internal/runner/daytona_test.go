@@ -77,7 +77,7 @@ type remoteEnv struct {
 // newRemoteEnv is a runner whose default provider is Daytona, served by the
 // repository's fake Daytona running real sandboxd processes. st, when
 // given, is shared (a restarted runner on the same store).
-func newRemoteEnv(t *testing.T, fake *daytonatest.Server, st store.Store, opts ...option) *remoteEnv {
+func newRemoteEnv(t testing.TB, fake *daytonatest.Server, st store.Store, opts ...option) *remoteEnv {
 	t.Helper()
 	exe, _ := os.Executable()
 	prov, err := daytona.New(daytona.Config{APIKey: fake.APIKey(), APIURL: fake.APIURL(), DaemonBinary: exe, Version: "test-1", RunnerID: "replica-a", Clock: instant{}},
