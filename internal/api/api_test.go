@@ -52,6 +52,12 @@ func newEnv(t testing.TB, opts ...option) *env {
 // newEnvIsolated is newEnv over a local provider with the given isolation.
 func newEnvIsolated(t testing.TB, isolation string, opts ...option) *env {
 	t.Helper()
+	return newEnvObserved(t, isolation, nil, opts...)
+}
+
+// newEnvObserved is newEnvIsolated with turn observers (the platform mirror).
+func newEnvObserved(t testing.TB, isolation string, observers []runner.Observer, opts ...option) *env {
+	t.Helper()
 	p, err := local.New(local.Config{Dir: t.TempDir(), Isolation: isolation, MemoryMB: local.NoLimit, Pids: local.NoLimit, CPUs: local.NoLimit})
 	if err != nil {
 		t.Fatal(err)
@@ -72,6 +78,7 @@ func newEnvIsolated(t testing.TB, isolation string, opts ...option) *env {
 		},
 		BaseEnv:   []string{"PATH=/usr/bin:/bin"},
 		KeepAlive: true,
+		Observers: observers,
 		Logger:    log,
 	}, []sandbox.Provider{p}, &acp.Driver{ClientVersion: "test", CancelGrace: 2 * time.Second}, st)
 	if err != nil {

@@ -188,8 +188,11 @@ type closer interface {
 	Close(ctx context.Context) error
 }
 
-// closeObservers lets observers finish, bounded by ctx.
+// closeObservers lets observers finish, bounded by ctx and the
+// teardown timeout: an unreachable platform must not hold the shutdown.
 func (s *Service) closeObservers(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.TeardownTimeout)
+	defer cancel()
 	for _, o := range s.cfg.Observers {
 		if c, ok := o.(closer); ok {
 			if err := c.Close(ctx); err != nil {

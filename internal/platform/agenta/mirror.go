@@ -43,11 +43,19 @@ func (m *Mirror) Close(ctx context.Context) error { return m.q.close(ctx) }
 // Connect is the platform as the request reaches it, or false when the
 // request carries no platform credential.
 func (m *Mirror) Connect(req *wire.Request) (*Conn, bool) {
-	cred := req.TelemetryConfig().Credential()
+	tel := req.TelemetryConfig()
+	cred := tel.Credential()
 	if cred == "" {
 		return nil, false
 	}
-	return NewConn(m.cfg, BaseFor(m.cfg.Base, req), cred), true
+	base := m.cfg.Base
+	if base == "" {
+		ep, _ := tel.OTLP()
+		if base = wire.APIBaseFromOTLP(ep); base == "" {
+			base = DefaultBase
+		}
+	}
+	return &Conn{base: strings.TrimRight(base, "/"), cfg: &m.cfg, credential: cred, obtained: time.Now()}, true
 }
 
 // Begin implements runner.Observer.
