@@ -128,7 +128,7 @@ func BenchmarkLoad1000Sessions(b *testing.B) {
 		return first
 	}
 	if err := run(loadSessions, func(i int) error {
-		_, err := sessions[i].turn("hello")
+		_, _, err := sessions[i].turn("hello")
 		return err
 	}); err != nil {
 		b.Fatalf("cold turns: %v", err)
@@ -155,9 +155,7 @@ func BenchmarkLoad1000Sessions(b *testing.B) {
 		text := "turn " + strconv.Itoa(n)
 		wg.Go(func() {
 			defer func() { <-sem }()
-			start := time.Now()
-			warm, err := ses.turn(text)
-			d := time.Since(start)
+			warm, d, err := ses.turn(text)
 			if err == nil && !warm {
 				err = fmt.Errorf("session %s ran cold", ses.id)
 			}

@@ -176,22 +176,25 @@ type platformSession struct {
 }
 
 // turn sends the conversation plus text to /stream and reads the NDJSON
-// to its result; it returns whether the harness ran warm.
-func (p *platformSession) turn(text string) (warm bool, err error) {
+// to its result; it returns whether the harness ran warm and how long the
+// runner took: from the request to the result line, the client's own
+// encoding of the body and decoding of the result left out.
+func (p *platformSession) turn(text string) (warm bool, took time.Duration, err error) {
 	p.messages = append(p.messages, map[string]any{"role": "user", "content": text})
 	body, _ := json.Marshal(map[string]any{"harness": p.harness, "sessionId": p.id, "projectId": "bench", "messages": p.messages})
 	req, _ := http.NewRequest("POST", p.base+"/stream", bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+testToken)
 	req.Header.Set("Accept", "application/x-ndjson")
 	req.Header.Set("Content-Type", "application/json")
+	start := time.Now()
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return false, err
+		return false, 0, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
 		raw, _ := io.ReadAll(resp.Body)
-		return false, fmt.Errorf("status %d: %s", resp.StatusCode, raw)
+		return false, 0, fmt.Errorf("status %d: %s", resp.StatusCode, raw)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 64<<20)
@@ -203,6 +206,7 @@ func (p *platformSession) turn(text string) (warm bool, err error) {
 		if !bytes.HasPrefix(line, []byte(`{"kind":"result"`)) {
 			continue
 		}
+		took = time.Since(start)
 		var rec struct {
 			Result struct {
 				OK     bool   `json:"ok"`
@@ -211,15 +215,15 @@ func (p *platformSession) turn(text string) (warm bool, err error) {
 			} `json:"result"`
 		}
 		if err := json.Unmarshal(line, &rec); err != nil {
-			return false, err
+			return false, 0, err
 		}
 		if !rec.Result.OK {
-			return false, fmt.Errorf("turn failed: %s", rec.Result.Error)
+			return false, 0, fmt.Errorf("turn failed: %s", rec.Result.Error)
 		}
 		p.messages = append(p.messages, map[string]any{"role": "assistant", "content": rec.Result.Output})
-		return warm, nil
+		return warm, took, nil
 	}
-	return false, fmt.Errorf("stream ended without a result: %v", sc.Err())
+	return false, 0, fmt.Errorf("stream ended without a result: %v", sc.Err())
 }
 
 // timeHealth times one GET /health on a new connection: the floor of any
@@ -260,7 +264,7 @@ func BenchmarkOutsideWarmTurn(b *testing.B) {
 	client := newConnClient()
 	sess := &platformSession{base: s.base, harness: "pyecho", id: "outside-warm", client: client}
 	for i := range 3 { // the first turn is cold
-		if _, err := sess.turn("warm up " + strconv.Itoa(i)); err != nil {
+		if _, _, err := sess.turn("warm up " + strconv.Itoa(i)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -274,12 +278,11 @@ func BenchmarkOutsideWarmTurn(b *testing.B) {
 		start := time.Now()
 		direct.prompt(b, text)
 		directs = append(directs, time.Since(start))
-		start = time.Now()
-		warm, err := sess.turn(text)
+		warm, took, err := sess.turn(text)
 		if err != nil {
 			b.Fatal(err)
 		}
-		turns = append(turns, time.Since(start))
+		turns = append(turns, took)
 		if !warm {
 			b.Fatalf("turn %d ran cold", i)
 		}
