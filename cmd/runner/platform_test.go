@@ -441,3 +441,26 @@ func TestPlatformTraces(t *testing.T) {
 		t.Errorf("spans exported for a turn without telemetry")
 	}
 }
+
+// TestPlatformRenderHints: a tool spec's render hint rides its tool_call
+// and tool_result events, for the web app's components.
+func TestPlatformRenderHints(t *testing.T) {
+	f := platformtest.New(t, platformCred)
+	c, _ := platformRunner(t, f)
+	tools := map[string]any{"permissions": map[string]any{"default": "allow"}, "customTools": []map[string]any{{"name": "Read", "kind": "client",
+		"inputSchema": map[string]any{"type": "object"}, "render": map[string]any{"component": "file-card"}}}}
+	out, err := c.Run(t.Context(), agentaRequest(f, "rh1", `tool Read {"path":"x"} => data`, tools))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ev := range out.Events {
+		if ev.Type == wire.EventToolCall || ev.Type == wire.EventToolResult {
+			got = append(got, ev.Type+" "+string(ev.Render))
+		}
+	}
+	want := []string{`tool_call {"component":"file-card"}`, `tool_result {"component":"file-card"}`}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("render hints (-want +got):\n%s", diff)
+	}
+}

@@ -42,6 +42,8 @@ type plan struct {
 	// clientResults are the browser's outputs for client tool calls
 	// (clienttools.go).
 	clientResults *clientResults
+	// renders are the tools' render hints (render.go).
+	renders *renders
 }
 
 // admit checks a request against the deployment and builds its plan. Every
@@ -150,6 +152,7 @@ func (s *Service) admit(req *wire.Request) (*plan, error) {
 		return nil, err
 	}
 	p.clientResults = clientResultsOf(req.Messages)
+	p.renders = newRenders(req.CustomTools)
 	if len(blocks) == 0 && len(p.attachments) == 0 {
 		if len(p.approvals) == 0 && !carriesToolResult(tail) {
 			return nil, errdefs.Invalidf("messages: No user message to send (prompt/messages empty)")

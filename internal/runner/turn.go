@@ -113,6 +113,7 @@ func (t *turn) fromHarness(ev wire.Event) {
 		t.watch.touch()
 	}
 	t.meterEvent(ev)
+	t.plan.renders.hint(&ev)
 	t.emit(ev)
 }
 
