@@ -130,7 +130,7 @@ func TestPlatformRecords(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("records (-want +got):\n%s", diff)
 	}
-	f.Wait(t, 5*time.Second, "two heartbeats", func() bool { return len(f.CallsTo("/sessions/streams/heartbeat")) >= 2 })
+	f.Wait(t, 5*time.Second, "three heartbeats", func() bool { return len(f.CallsTo("/sessions/streams/heartbeat")) >= 3 })
 	beats := f.CallsTo("/sessions/streams/heartbeat")
 	var first, last struct {
 		SessionID  string `json:"session_id"`
@@ -141,7 +141,12 @@ func TestPlatformRecords(t *testing.T) {
 			ID, Key string
 		} `json:"references"`
 	}
-	_ = json.Unmarshal(beats[0].Body, &first)
+	var claim map[string]any
+	_ = json.Unmarshal(beats[0].Body, &claim)
+	if _, hasTurn := claim["turn_id"]; hasTurn || claim["session_id"] != "rec1" {
+		t.Errorf("the first beat is not an owner claim (no turn_id): %s", beats[0].Body)
+	}
+	_ = json.Unmarshal(beats[1].Body, &first)
 	f.Wait(t, 5*time.Second, "the releasing heartbeat", func() bool {
 		b := f.CallsTo("/sessions/streams/heartbeat")
 		_ = json.Unmarshal(b[len(b)-1].Body, &last)
@@ -152,7 +157,7 @@ func TestPlatformRecords(t *testing.T) {
 		t.Errorf("a running heartbeat followed the release: %s", b[len(b)-1].Body)
 	}
 	if first.SessionID != "rec1" || first.TurnID != turn || !first.IsRunning || first.Name != "think plan say hi there tool Read {\"path\":\"x\"} => data usage 10 5"[:60] || len(first.References) != 1 || first.References[0].Key != "workflow" {
-		t.Errorf("first heartbeat %s", beats[0].Body)
+		t.Errorf("first running heartbeat %s", beats[1].Body)
 	}
 	for _, call := range f.Calls() {
 		if call.Authorization != platformCred {

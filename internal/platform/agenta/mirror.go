@@ -112,8 +112,19 @@ func (t *turnMirror) push(what string, call func(context.Context) error) {
 
 func (t *turnMirror) start() {
 	b := t.b
-	// The first beat creates the session row (the session list) and
-	// names the stream the ledger row points at.
+	// The owner claim (a beat without turn_id) takes or reads the
+	// session's affinity key; a session another replica owns is logged,
+	// not refused: this runner's own lease decides who runs it.
+	claim := platform.Heartbeat{SessionID: b.SessionID, ReplicaID: t.m.cfg.ReplicaID, IsRunning: true}
+	t.push("heartbeat owner claim", func(ctx context.Context) error {
+		r, err := t.conn.Heartbeat(ctx, claim)
+		if err == nil && r.ReplicaID != "" && r.ReplicaID != claim.ReplicaID {
+			t.m.cfg.Logger.Warn("the platform says another replica owns this session", "session", b.SessionID, "owner", r.ReplicaID)
+		}
+		return err
+	})
+	// The first running beat creates the session row (the session list)
+	// and names the stream the ledger row points at.
 	t.m.q.push(b.SessionID, func(ctx context.Context) {
 		_ = t.m.q.deliver(ctx, "heartbeat", func(ctx context.Context) error { return t.beat(ctx, true) })
 	})
