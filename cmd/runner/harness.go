@@ -94,6 +94,14 @@ func harnessConfigurer(cfg config.Config, environ []string) runner.Configurer {
 			out.Diagnose = codexDiagnose
 		case "pi_core", "pi_agenta":
 			out.Diagnose = piDiagnose(s.Harness)
+			f, launcher, ok, err := piTools(s.Request.Tools, out.Env["PI_ACP_PI_COMMAND"], s.Home)
+			if err != nil {
+				return runner.HarnessConfig{}, err
+			}
+			if ok {
+				out.Files[piToolsFile] = f
+				out.Env["PI_ACP_PI_COMMAND"] = launcher
+			}
 		}
 		return out, nil
 	}
