@@ -84,12 +84,13 @@ if ! grep -q '"ok":true' <<<"$out" || ! grep -q 'hello from the image' <<<"$out"
   $docker logs runner-ci-image >&2 || true
   exit 1
 fi
-curl -sS --max-time 5 "http://127.0.0.1:$port/health" | grep -q '"isolation":"bwrap"' || {
+health=$(curl -sS --max-time 5 "http://127.0.0.1:$port/health")
+grep -q '"isolation":"bwrap"' <<<"$health" || {
   echo "container ci: /health does not report bwrap isolation" >&2
   exit 1
 }
-curl -sS --max-time 5 -H "Authorization: Bearer $token" "http://127.0.0.1:$port/metrics" |
-  grep -q 'agenta_runner_turn_duration_seconds_count{harness="fake",outcome="completed",provider="local",start="cold"} 1' || {
+metrics=$(curl -sS --max-time 5 -H "Authorization: Bearer $token" "http://127.0.0.1:$port/metrics")
+grep -q 'agenta_runner_turn_duration_seconds_count{harness="fake",outcome="completed",provider="local",start="cold"} 1' <<<"$metrics" || {
   echo "container ci: /metrics does not count the turn" >&2
   exit 1
 }
@@ -123,3 +124,99 @@ step "docker compose config: both files"
 AGENTA_RUNNER_TOKEN=$token "$compose" -f deploy/compose/docker-compose.yml config -q
 AGENTA_RUNNER_TOKEN=$token "$compose" -f deploy/compose/docker-compose.agenta.yml config -q
 
+# Docker Hub is not reachable here: the stack runs on stand-in images built
+# from the same Debian base (PostgreSQL 15 from Debian, SeaweedFS's weed
+# from .ci/s3.sh), with host networking. The production images it names
+# (postgres:16-bookworm, chrislusf/seaweedfs) are not exercised by CI.
+weed=$(.ci/s3.sh)
+mkdir -p "$work/pg" "$work/s3"
+cat >"$work/pg/entrypoint.sh" <<'SH'
+#!/bin/sh
+# Stand-in for the postgres image's entrypoint: POSTGRES_USER/PASSWORD/DB, PGPORT.
+set -e
+bin=$(ls -d /usr/lib/postgresql/*/bin | tail -1)
+data=/var/lib/postgresql/data
+if [ ! -s "$data/PG_VERSION" ]; then
+  printf '%s\n' "$POSTGRES_PASSWORD" >/tmp/pw
+  "$bin/initdb" -D "$data" -U "$POSTGRES_USER" --pwfile=/tmp/pw -A scram-sha-256 >/dev/null
+  rm /tmp/pw
+  echo "host all all 0.0.0.0/0 scram-sha-256" >>"$data/pg_hba.conf"
+  "$bin/pg_ctl" -D "$data" -o "-c listen_addresses=127.0.0.1 -p ${PGPORT:-5432}" -w start >/dev/null
+  PGPASSWORD=$POSTGRES_PASSWORD psql -h 127.0.0.1 -p "${PGPORT:-5432}" -U "$POSTGRES_USER" -d postgres -qc "create database \"$POSTGRES_DB\""
+  "$bin/pg_ctl" -D "$data" -w stop >/dev/null
+fi
+exec "$bin/postgres" -D "$data" -c listen_addresses='*' -p "${PGPORT:-5432}"
+SH
+cat >"$work/pg/Dockerfile" <<DOCKERFILE
+FROM $base_image
+RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postgresql-15 && rm -rf /var/lib/apt/lists/* \
+ && install -d -o postgres -g postgres /var/lib/postgresql/data /var/run/postgresql
+COPY entrypoint.sh /usr/local/bin/entrypoint.sh
+USER postgres
+ENTRYPOINT ["/bin/sh", "/usr/local/bin/entrypoint.sh"]
+DOCKERFILE
+cp "$weed" "$work/s3/weed"
+cat >"$work/s3/Dockerfile" <<DOCKERFILE
+FROM $base_image
+RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends wget && rm -rf /var/lib/apt/lists/*
+COPY weed /usr/bin/weed
+DOCKERFILE
+step "build the stand-in images (postgres, seaweedfs)"
+$docker build -q --network host -t runner-ci/postgres:ci "$work/pg" >/dev/null
+$docker build -q --network host -t runner-ci/seaweedfs:ci "$work/s3" >/dev/null
+
+cport=18775
+cat >"$work/compose.ci.yml" <<YAML
+services:
+  runner:
+    image: runner-ci/runner:ci
+    build: !reset null
+    network_mode: host
+    ports: !reset []
+    devices: !override ["$work/tun:/dev/net/tun"]
+    volumes: ["$work/fakeagent:/usr/local/bin/fakeagent:ro"]
+    environment:
+      AGENTA_RUNNER_HOST: 127.0.0.1
+      AGENTA_RUNNER_PORT: "$cport"
+      AGENTA_RUNNER_HARNESS_FAKE: /usr/local/bin/fakeagent
+  postgres:
+    network_mode: host
+    environment:
+      PGPORT: "15432"
+    healthcheck:
+      test: ["CMD", "pg_isready", "-h", "127.0.0.1", "-p", "15432", "-U", "runner", "-d", "runner"]
+  s3:
+    network_mode: host
+    environment:
+      S3_IP: 127.0.0.1
+      S3_PORT: "18333"
+      S3_MASTER_PORT: "19333"
+      S3_VOLUME_PORT: "18081"
+      S3_FILER_PORT: "18888"
+  s3-bucket:
+    network_mode: host
+    environment:
+      S3_MASTER: 127.0.0.1:19333
+YAML
+export AGENTA_RUNNER_TOKEN=$token RUNNER_POSTGRES_IMAGE=runner-ci/postgres:ci RUNNER_S3_IMAGE=runner-ci/seaweedfs:ci \
+  RUNNER_POSTGRES_HOST=127.0.0.1:15432 RUNNER_S3_HOST=127.0.0.1:18333
+ccompose() { "$compose" -p runner-ci -f deploy/compose/docker-compose.yml -f "$work/compose.ci.yml" "$@"; }
+ccompose config -q
+step "compose up (host networking) until every service is healthy"
+if ! ccompose up -d --wait --wait-timeout 240 >"$work/compose-up.log" 2>&1; then
+  cat "$work/compose-up.log" >&2
+  ccompose ps -a >&2 || true
+  ccompose logs --tail 40 >&2 || true
+  echo "container ci: the compose stack did not come up healthy" >&2
+  exit 1
+fi
+out=$(curl -sS --max-time 60 -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
+  -d '{"harness":"fake","sessionId":"compose","projectId":"ci","messages":[{"role":"user","content":"say hello from compose"}]}' \
+  "http://127.0.0.1:$cport/run" 2>&1 || true)
+if ! grep -q '"ok":true' <<<"$out"; then
+  echo "container ci: a turn on the compose stack failed: $out" >&2
+  ccompose logs --tail 40 runner >&2 || true
+  exit 1
+fi
+step "a turn on the compose stack (PostgreSQL store, S3 workspaces) passed"
+ccompose down -v >/dev/null 2>&1
