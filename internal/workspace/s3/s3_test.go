@@ -163,3 +163,24 @@ func TestUnsignedExpiryRefused(t *testing.T) {
 		t.Fatalf("lease without expiry: %v, want refused", err)
 	}
 }
+
+// TestServerEnforcesExpiry: the test server really refuses STS keys past
+// their expiry, so TestShortLeasesKeepWriting cannot pass by accident.
+func TestServerEnforcesExpiry(t *testing.T) {
+	sw := workspacetest.S3(t)
+	bucket := sw.Bucket(t)
+	l, err := s3.AssumeRole{Lease: adminLease(sw, bucket)}.Sign(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := l
+	stale.Permanent, stale.ExpiresAt = true, time.Time{} // used as is, never re-signed
+	st := s3.New(workspace.NewKeeper(workspace.Static(stale), nil), s3.Options{})
+	if err := st.Put(context.Background(), "before", strings.NewReader("x"), 1); err != nil {
+		t.Fatalf("put with fresh STS keys: %v", err)
+	}
+	time.Sleep(time.Until(l.ExpiresAt) + time.Second) // past the real expiry
+	if err := st.Put(context.Background(), "after", strings.NewReader("x"), 1); err == nil {
+		t.Fatal("the server accepted expired STS keys")
+	}
+}
