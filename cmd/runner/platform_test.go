@@ -227,9 +227,18 @@ func TestPlatformApprovalAnsweredOnPlatform(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The answer matched by its tool call id only (a client that drops
+	// the token): the runner still spares the parked row from cancel-stale.
+	tail := msgs[len(msgs)-1].Content.Blocks
+	tail[len(tail)-1].Output = json.RawMessage(`{"approved":true}`)
 	out, err = c.Run(t.Context(), agentaRequest(f, "appr1", msgs, perms))
 	if err != nil || out.Result.StopReason == "paused" {
 		t.Fatalf("resume: %v %+v", err, out.Result)
+	}
+	f.Wait(t, 5*time.Second, "the resume's cancel-stale", func() bool { return len(f.CallsTo("/sessions/interactions/cancel-stale")) == 2 })
+	stale := f.CallsTo("/sessions/interactions/cancel-stale")
+	if len(stale) != 2 || !strings.Contains(string(stale[1].Body), `"tokens":["`+token+`"]`) {
+		t.Errorf("the resume's cancel-stale does not spare the answered row: %d calls, last %s", len(stale), stale[len(stale)-1].Body)
 	}
 	if !strings.Contains(out.Result.Output, "selected:yes-once") {
 		t.Errorf("the harness was not given the approval: %q", out.Result.Output)

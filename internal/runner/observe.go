@@ -34,6 +34,10 @@ type TurnBegin struct {
 	Attachments []wire.ContentBlock
 	// Stop cancels the running turn (a Stop pressed on the platform).
 	Stop func(cause error)
+	// Spare are the interaction ids of the session's parked approvals
+	// when this turn answers at least one of them: the platform must not
+	// cancel them as stale (the resume settles them).
+	Spare []string
 	// LearnProject records the project the platform says the session
 	// belongs to, so /kill finds a turn whose request named none.
 	LearnProject func(projectID string)
@@ -103,11 +107,36 @@ func (t *turn) observe(ctx context.Context) {
 			t.svc.mu.Unlock()
 		},
 	}
+	b.Spare = t.spared(ctx)
 	for _, o := range t.svc.cfg.Observers {
 		if to := o.Begin(ctx, b); to != nil {
 			t.observers = append(t.observers, to)
 		}
 	}
+}
+
+// spared is TurnBegin.Spare: read from the session log, only for a turn
+// that answers approvals.
+func (t *turn) spared(ctx context.Context) []string {
+	if t.key == "" || len(t.plan.approvals) == 0 {
+		return nil
+	}
+	pending, _, err := t.svc.interactions(ctx, t.plan.req.SessionID)
+	if err != nil {
+		return nil
+	}
+	answers := false
+	var ids []string
+	for _, g := range pending {
+		ids = append(ids, g.InteractionID)
+		_, byID := t.plan.approvals[g.ToolCallID]
+		_, byToken := t.plan.tokens[g.InteractionID]
+		answers = answers || byID || byToken
+	}
+	if !answers {
+		return nil
+	}
+	return ids
 }
 
 // observeEvent hands ev to the turn's observers; called under t.mu so

@@ -130,7 +130,7 @@ func (t *turnMirror) start() {
 	})
 	// A new turn supersedes the session's unanswered gates, but this
 	// turn's and the ones it answers in-band (the resume resolves them).
-	cs := platform.CancelStale{SessionID: b.SessionID, TurnID: b.TurnID, Tokens: answeredTokens(b.Request)}
+	cs := platform.CancelStale{SessionID: b.SessionID, TurnID: b.TurnID, Tokens: spareTokens(answeredTokens(b.Request), b.Spare)}
 	t.push("interactions/cancel-stale", func(ctx context.Context) error { return t.conn.CancelStaleInteractions(ctx, cs) })
 	t.push("turns", func(ctx context.Context) error {
 		t.mu.Lock()
@@ -428,6 +428,21 @@ func answeredTokens(req *wire.Request) []string {
 		}
 		if json.Unmarshal(raw, &v) == nil && v.Token != "" {
 			out = append(out, v.Token)
+		}
+	}
+	return out
+}
+
+// spareTokens is the union of the tokens, in order, without repeats.
+func spareTokens(lists ...[]string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, l := range lists {
+		for _, s := range l {
+			if !seen[s] {
+				seen[s] = true
+				out = append(out, s)
+			}
 		}
 	}
 	return out
