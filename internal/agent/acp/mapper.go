@@ -42,8 +42,11 @@ type update struct {
 }
 
 type contentBlock struct {
-	Type string `json:"type"`
-	Text string `json:"text"`
+	Type     string `json:"type"`
+	Text     string `json:"text"`
+	Data     string `json:"data"`
+	MimeType string `json:"mimeType"`
+	URI      string `json:"uri"`
 }
 
 func (m *mapper) update(raw json.RawMessage) []wire.Event {
@@ -74,6 +77,11 @@ func (m *mapper) chunk(kind string, u update) []wire.Event {
 	var c contentBlock
 	_ = json.Unmarshal(u.Content, &c)
 	if c.Type != "" && c.Type != "text" {
+		// A file the agent produced (an image it drew, a link to a file
+		// it wrote) is a file event, as the wire defines it.
+		if f, ok := fileEvent(kind, c); ok {
+			return append(m.close(), f)
+		}
 		return []wire.Event{{Type: wire.EventData, Name: "acp." + u.SessionUpdate, Data: u.Content}}
 	}
 	var out []wire.Event
@@ -181,4 +189,19 @@ func toolOutput(u update) string {
 		return string(u.RawOutput)
 	}
 	return b.String()
+}
+
+// fileEvent maps an agent message's image or resource_link block to a
+// file event: inline images as a data URL.
+func fileEvent(kind string, c contentBlock) (wire.Event, bool) {
+	if kind != "message" || c.MimeType == "" {
+		return wire.Event{}, false
+	}
+	switch {
+	case c.Type == "image" && c.Data != "":
+		return wire.Event{Type: wire.EventFile, URL: "data:" + c.MimeType + ";base64," + c.Data, MediaType: c.MimeType}, true
+	case c.Type == "resource_link" && c.URI != "":
+		return wire.Event{Type: wire.EventFile, URL: c.URI, MediaType: c.MimeType}, true
+	}
+	return wire.Event{}, false
 }
