@@ -47,11 +47,6 @@ func (s stsSigner) SignAgent(ctx context.Context, id string) (workspace.Lease, e
 func TestSignedLeasesOutliveTheTurn(t *testing.T) {
 	sw := workspacetest.Start(t)
 	bucket := sw.Bucket(t)
-	// The first write to a new server allocates its volumes, for seconds
-	// on a loaded machine: done here, not inside the turn under test.
-	if _, err := sw.Admin().PutObject(t.Context(), bucket, "warm-up", strings.NewReader("x"), 1, minio.PutObjectOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	signs := 0
 	st := sharedStore(t)
 	e := durableEnv(t, st, t.TempDir(), func(c *runner.Config) {

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -42,6 +43,10 @@ type Seaweed struct {
 	cmd      *exec.Cmd
 	dir      string
 	stopped  chan struct{}
+
+	bucketOnce sync.Once
+	bucket     string
+	bucketErr  error
 }
 
 var (
@@ -202,18 +207,41 @@ func (s *Seaweed) Admin() *minio.Client {
 	return c
 }
 
-// Bucket makes a new, empty bucket and returns its name.
+// Bucket returns the server's test bucket, made at first use; tests keep
+// apart by prefix (each bucket costs the server volumes of its own).
 func (s *Seaweed) Bucket(t testing.TB) string {
 	t.Helper()
+	s.bucketOnce.Do(func() { s.bucket, s.bucketErr = s.makeBucket() })
+	if s.bucketErr != nil {
+		t.Fatal(s.bucketErr)
+	}
+	return s.bucket
+}
+
+func (s *Seaweed) makeBucket() (string, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	name := "runner-test-" + hex.EncodeToString(b[:])
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	if err := s.Admin().MakeBucket(ctx, name, minio.MakeBucketOptions{Region: "us-east-1"}); err != nil {
-		t.Fatalf("make bucket %s: %v", name, err)
+		return "", fmt.Errorf("make bucket %s: %w", name, err)
 	}
-	return name
+	// A bucket's first write allocates its volumes, which takes seconds
+	// on a loaded machine and may answer 500 meanwhile: done here, so the
+	// test measures the store, not the allocation.
+	for {
+		_, err := s.Admin().PutObject(ctx, name, "warm-up", strings.NewReader("x"), 1, minio.PutObjectOptions{})
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return "", fmt.Errorf("first write to bucket %s: %w", name, err)
+		}
+		time.Sleep(200 * time.Millisecond) // polling the server's volume allocation
+	}
+	_ = s.Admin().RemoveObject(ctx, name, "warm-up", minio.RemoveObjectOptions{})
+	return name, nil
 }
 
 // Start starts a server for one test and stops it when the test ends;
