@@ -165,8 +165,8 @@ func testRealHarness(t *testing.T, ctx context.Context, dir, name string, c real
 	if !tr.has(wire.EventToolCall) || !tr.has(wire.EventToolResult) {
 		t.Errorf("tool turn: no tool_call or tool_result event: %v", tr.types())
 	}
-	if got := findFiles(t, data, "out.txt"); len(got) != 1 {
-		t.Errorf("out.txt in the data dir: %v, want one in the session's workspace", got)
+	if got := findFiles(t, data, "out.txt"); !oneInWorkspaceAndStore(got, data, "s1") {
+		t.Errorf("out.txt in the data dir: %v, want one in the session's workspace and its durable copy", got)
 	} else if b, _ := os.ReadFile(got[0]); string(b) != "hi\n" {
 		t.Errorf("%s: %q", got[0], b)
 	}
@@ -449,6 +449,24 @@ func findFiles(t *testing.T, root, name string) []string {
 	return out
 }
 
+// oneInWorkspaceAndStore: the harness wrote the file once, in the
+// session's sandbox workspace, and the turn's final checkpoint copied it
+// into the default durable store (<data>/workspaces/sessions/<project>/<session>).
+func oneInWorkspaceAndStore(found []string, data, session string) bool {
+	stored := filepath.Join(data, "workspaces", "sessions", "default", session, "out.txt")
+	var inStore, elsewhere int
+	for _, p := range found {
+		if p == stored {
+			inStore++
+		} else if strings.HasPrefix(p, filepath.Join(data, "sandboxes")+string(filepath.Separator)) {
+			elsewhere++
+		} else {
+			return false
+		}
+	}
+	return inStore == 1 && elsewhere == 1
+}
+
 // TestRealHarnessesIsolated runs a tool turn of each real harness inside
 // the bubblewrap sandbox (AGENTA_RUNNER_LOCAL_ISOLATION=bwrap), then a
 // text turn under a network allowlist that admits only the fake model.
@@ -490,8 +508,8 @@ func TestRealHarnessesIsolated(t *testing.T) {
 			}
 			tr := rs.stream(t, ctx, body)
 			tr.wantOK(t, "DONE tool ran")
-			if got := findFiles(t, data, "out.txt"); len(got) != 1 {
-				t.Errorf("out.txt in the data dir: %v, want one in the session's workspace", got)
+			if got := findFiles(t, data, "out.txt"); !oneInWorkspaceAndStore(got, data, "iso") {
+				t.Errorf("out.txt in the data dir: %v, want one in the session's workspace and its durable copy", got)
 			}
 			// The error still comes out (Pi's is read from its session
 			// file by a process inside the sandbox).

@@ -43,7 +43,7 @@ const innerAgentDir = ".agenta-agent"
 // homeState are entries of $HOME that belong to the sandbox's tools and
 // harnesses (configuration written per turn, caches, the daemon), never
 // to the working directory's sync when $HOME lies inside it.
-var homeState = []string{".runner-sandboxd", ".cache", ".npm", ".config", ".local", ".claude", ".claude.json", ".codex", ".pi", ".gemini"}
+var homeState = []string{".runner", ".runner-sandboxd", ".cache", ".npm", ".config", ".local", ".claude", ".claude.json", ".codex", ".pi", ".gemini"}
 
 const defaultCheckpointEvery = 30 * time.Second
 

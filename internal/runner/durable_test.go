@@ -262,5 +262,10 @@ func TestDaytonaAgentFolder(t *testing.T) {
 		if strings.Contains(k, ".agenta-agent") {
 			t.Fatalf("the agent folder was synced into the session's workspace: %s", k)
 		}
+		// The uploaded daemon binary (tens of MB, the runner's own) is
+		// not the session's work.
+		if strings.Contains(k, ".runner/") || strings.Contains(k, ".runner-sandboxd/") {
+			t.Fatalf("the runner's own files were synced into the session's workspace: %s", k)
+		}
 	}
 }

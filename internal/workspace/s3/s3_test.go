@@ -176,8 +176,17 @@ func TestServerEnforcesExpiry(t *testing.T) {
 	stale := l
 	stale.Permanent, stale.ExpiresAt = true, time.Time{} // used as is, never re-signed
 	st := s3.New(workspace.NewKeeper(workspace.Static(stale), nil), s3.Options{})
-	if err := st.Put(context.Background(), "before", strings.NewReader("x"), 1); err != nil {
-		t.Fatalf("put with fresh STS keys: %v", err)
+	// Fresh STS keys can answer 500 for a moment while the server
+	// propagates them; what this test asserts is the refusal after expiry.
+	for deadline := time.Now().Add(l.ExpiresAt.Sub(time.Now()) / 2); ; {
+		err := st.Put(context.Background(), "before", strings.NewReader("x"), 1)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("put with fresh STS keys: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond) // polling the server's key propagation
 	}
 	time.Sleep(time.Until(l.ExpiresAt) + time.Second) // past the real expiry
 	if err := st.Put(context.Background(), "after", strings.NewReader("x"), 1); err == nil {
