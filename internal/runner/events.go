@@ -24,8 +24,9 @@ type eventLog struct {
 	st        ledger
 	sessionID string
 	log       *slog.Logger
-	begun     chan struct{}  // closed once begin is committed (or failed)
-	drainer   sync.WaitGroup // the drainer running now, if any
+	begun     chan struct{}   // closed once begin is committed (or failed)
+	drainer   sync.WaitGroup  // the drainer running now, if any
+	saved     func(seq int64) // told the last sequence number of each commit
 
 	// mu guards the following.
 	mu       sync.Mutex
@@ -133,6 +134,9 @@ func (l *eventLog) drain() {
 		if len(batch) == 0 {
 			continue
 		}
+		if l.saved != nil {
+			l.saved(batch[len(batch)-1].Seq)
+		}
 		if want := batch[len(batch)-1].Seq; want != 0 && want != last {
 			l.log.Warn("event log sequence drift", "want", want, "got", last)
 		}
@@ -220,6 +224,7 @@ func (t *turn) finish(done wire.Event, end *store.Turn) error {
 		t.log.Error("record turn outcome", logkey.Error, endErr)
 	}
 	t.mu.Lock()
+	t.hub.committed(seq) // committed, or failed for good: the log is all there will be
 	t.hub.publish(wire.Record{Kind: wire.RecordEvent, Seq: seq, Event: &done})
 	t.mu.Unlock()
 	if t.sink != nil {
@@ -229,11 +234,24 @@ func (t *turn) finish(done wire.Event, end *store.Turn) error {
 }
 
 // hub fans a session's live events out to followers.
+//
+// A turn publishes an event before the event log commits it, so a
+// follower that subscribes and then reads the log could miss the events
+// published before it subscribed and committed after its read: the hub
+// keeps those (published, not yet committed) and hands them to each new
+// follower with its subscription.
 type hub struct {
 	// mu guards the following.
-	mu   sync.Mutex
-	subs map[chan wire.Record]struct{}
+	mu      sync.Mutex
+	subs    map[chan wire.Record]struct{}
+	unsaved []wire.Record // published, not yet committed, in order
+	saved   int64         // the last committed sequence number
 }
+
+// maxUnsaved bounds what a hub keeps for new followers when the log's
+// commits fall behind or fail; a follower that needs more resumes later
+// from the log.
+const maxUnsaved = 4096
 
 // hubs holds one hub per session with followers or a running turn.
 type hubs struct {
@@ -255,12 +273,27 @@ func (h *hubs) get(sessionID string) *hub {
 	return x
 }
 
-func (x *hub) subscribe() chan wire.Record {
+// subscribe returns the live channel and the records published but not
+// yet committed to the log when it subscribed.
+func (x *hub) subscribe() (chan wire.Record, []wire.Record) {
 	ch := make(chan wire.Record, 1024)
 	x.mu.Lock()
 	x.subs[ch] = struct{}{}
+	unsaved := append([]wire.Record(nil), x.unsaved...)
 	x.mu.Unlock()
-	return ch
+	return ch, unsaved
+}
+
+// committed drops what the log now holds, up to seq.
+func (x *hub) committed(seq int64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.saved = max(x.saved, seq)
+	i := 0
+	for i < len(x.unsaved) && x.unsaved[i].Seq <= x.saved {
+		i++
+	}
+	x.unsaved = append(x.unsaved[:0], x.unsaved[i:]...)
 }
 
 func (x *hub) unsubscribe(ch chan wire.Record) {
@@ -277,6 +310,12 @@ func (x *hub) unsubscribe(ch chan wire.Record) {
 func (x *hub) publish(rec wire.Record) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if rec.Seq > x.saved {
+		if len(x.unsaved) == maxUnsaved {
+			x.unsaved = append(x.unsaved[:0], x.unsaved[1:]...)
+		}
+		x.unsaved = append(x.unsaved, rec)
+	}
 	for ch := range x.subs {
 		select {
 		case ch <- rec:

@@ -110,10 +110,13 @@ func (s *Service) Events(ctx context.Context, id string, after int64, follow boo
 		return fmt.Errorf("session %s: %w", id, err)
 	}
 	var live chan wire.Record
+	var unsaved []wire.Record
 	h := s.hubs.get(id)
 	if follow {
-		// Subscribe before reading the backlog, so nothing falls between.
-		live = h.subscribe()
+		// Subscribe before reading the backlog, so nothing falls between:
+		// what was published before and is not committed yet comes with
+		// the subscription.
+		live, unsaved = h.subscribe()
 		defer h.unsubscribe(live)
 	}
 	const page = 1000
@@ -136,6 +139,15 @@ func (s *Service) Events(ctx context.Context, id string, after int64, follow boo
 	}
 	if !follow {
 		return nil
+	}
+	for _, rec := range unsaved {
+		if rec.Seq <= last {
+			continue
+		}
+		if err := fn(rec); err != nil {
+			return err
+		}
+		last = rec.Seq
 	}
 	for {
 		select {

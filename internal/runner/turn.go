@@ -355,6 +355,7 @@ func (t *turn) begin(ctx context.Context) ([]wire.Message, error) {
 	t.seq = sess.LastSeq
 	t.evlog = newEventLog(st, sess.ID, t.log, begin)
 	t.hub = t.svc.hubs.get(sess.ID)
+	t.evlog.saved = t.hub.committed
 	t.mu.Unlock()
 	t.record(wire.Event{Type: wire.EventMessage, Role: "user", Text: p.tailText}, false)
 	t.observe(ctx)
