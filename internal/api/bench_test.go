@@ -18,6 +18,24 @@ import (
 )
 
 // reportPercentiles adds p50 and p99 of ds, in milliseconds, to b.
+// postRun sends one one-shot turn and returns its body; a transport
+// error or a status other than 200 ends the benchmark.
+func postRun(b *testing.B, base, body string) []byte {
+	b.Helper()
+	req, _ := http.NewRequest("POST", base+"/run", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b.Fatalf("status %d: %s", resp.StatusCode, raw)
+	}
+	return raw
+}
+
 func reportPercentiles(b *testing.B, ds []time.Duration, prefix string) {
 	if len(ds) == 0 {
 		return
@@ -84,17 +102,7 @@ func BenchmarkColdTurn(b *testing.B) {
 			for b.Loop() {
 				body := runBody("fake", "hello") // a new session: cold every time
 				start := time.Now()
-				req, _ := http.NewRequest("POST", e.srv.URL+"/run", strings.NewReader(body))
-				req.Header.Set("Authorization", "Bearer "+token)
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					b.Fatal(err)
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					b.Fatalf("status %d", resp.StatusCode)
-				}
+				postRun(b, e.srv.URL, body)
 				ds = append(ds, time.Since(start))
 			}
 			reportPercentiles(b, ds, "")
@@ -180,17 +188,7 @@ func BenchmarkWarmTurn(b *testing.B) {
 		warm := 0
 		for b.Loop() {
 			start := time.Now()
-			req, _ := http.NewRequest("POST", e.srv.URL+"/run", strings.NewReader(body))
-			req.Header.Set("Authorization", "Bearer "+token)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				b.Fatal(err)
-			}
-			raw, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != 200 {
-				b.Fatalf("status %d: %s", resp.StatusCode, raw)
-			}
+			raw := postRun(b, e.srv.URL, body)
 			ds = append(ds, time.Since(start))
 			if strings.Contains(string(raw), `"mode":"warm"`) {
 				warm++

@@ -2,9 +2,6 @@ package api_test
 
 import (
 	"context"
-	"io"
-	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -48,17 +45,7 @@ func BenchmarkWarmTurnPlatform(b *testing.B) {
 			var ds []time.Duration
 			for b.Loop() {
 				start := time.Now()
-				req, _ := http.NewRequest("POST", e.srv.URL+"/run", strings.NewReader(body))
-				req.Header.Set("Authorization", "Bearer "+token)
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					b.Fatal(err)
-				}
-				raw, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					b.Fatalf("status %d: %s", resp.StatusCode, raw)
-				}
+				postRun(b, e.srv.URL, body)
 				ds = append(ds, time.Since(start))
 			}
 			if len(ds) > 1 {
