@@ -49,12 +49,28 @@ func (w *withLegacy) seenLegacy() bool {
 // Decode parses a run request. Every error is classed errdefs.ErrInvalid
 // and names the field to fix. Unknown fields are tolerated, as the
 // reference contract does; retired credential fields are refused. The
-// body is decoded in one pass (the history it carries grows every turn).
+// history it carries grows every turn: decodeFast reads it by hand, and
+// the one-pass parse takes whatever it leaves.
 func Decode(body []byte) (*Request, error) {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {
 		return nil, errdefs.Invalidf("Invalid JSON: empty body; send a run request object")
 	}
+	req, ok := decodeFast(body)
+	if !ok {
+		var err error
+		if req, err = parse(body); err != nil {
+			return nil, err
+		}
+	}
+	if err := req.validate(); err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+// parse decodes a trimmed, non-empty body without validating it.
+func parse(body []byte) (*Request, error) {
 	if body[0] != '{' {
 		// Not an object: refused as a map would refuse it (null passes).
 		var top map[string]json.RawMessage
@@ -85,11 +101,7 @@ func Decode(body []byte) (*Request, error) {
 		te.Field = strings.TrimPrefix(te.Field, "Request.")
 		return nil, errdefs.Invalidf("Invalid JSON: %s", describe(te))
 	}
-	req := in.Request
-	if err := req.validate(); err != nil {
-		return nil, err
-	}
-	return &req, nil
+	return &in.Request, nil
 }
 
 // invalidJSON is the error for a body that is not valid JSON, in the words

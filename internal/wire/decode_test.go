@@ -20,6 +20,15 @@ var seeds = []string{
 	`{"customTools":[{"name":"t","inputSchema":{"type":"object"}}],"toolCallback":{"endpoint":"https://x/tools/call"},"mcpServers":[{"name":"m","connection":{"type":"http","url":"https://m"}}]}`,
 	`{"secrets":{}}`, `[]`, `null`, `{"messages":5}`, `{"messages":[{"role":"user","content":null}]}`,
 	`{"harness":5,"endpoint":null}`, `{"messages":[{"role":"user","content":"a\u00e9\"b"}]} x`, `{"messages":[{"role":"bot"}],"secrets":1}`,
+	// The history fast path's edges: escapes, non-ASCII and invalid UTF-8,
+	// repeated and case-folded keys, null, blocks beside strings.
+	`{"messages":[{"content":"l1\nl2 \ud83d\ude00","role":"assistant"},{"role":"user","content":"cafÃ© ÿ"}]}`,
+	`{"messages":[{"role":"user","content":"a"}],"Messages":null}`, `{"MESSAGES":[],"messages":[{"role":"user"}]}`,
+	`{"messages":[{"role":"user","role":"tool","content":"x"}],"messages":[]}`, `{"messages":null,"harness":"pi_core"}`,
+	`{"messages":[{"role":"user","content":[{"type":"text","text":"t"}]},{"role":"assistant","content":"ok","extra":1}]}`,
+	`{"messages":[{"role":"user","content":"x"},]}`, `{"messages":[{"role":"user","content":"x"}]}`, `{"me\u0073sages":[]}`,
+	` { "messages" : [ { "role" : "user" , "content" : "spaced" } ] , "sessionId" : "s" } `, `{"messages":[null,{"role":"user"}]}`,
+	`{"harness":"x","messages":[{"role":"user","content":"a"}],"modelConnection":{"provider":"p","deployment":"d"},"meſſages":[]}`,
 }
 
 func FuzzDecode(f *testing.F) {
@@ -76,6 +85,28 @@ func TestDecodeNamesTheField(t *testing.T) {
 		_, err := wire.Decode([]byte(body))
 		if err == nil || !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), want) {
 			t.Errorf("Decode(%s) = %v, want an invalid error naming %q", body, err, want)
+		}
+	}
+}
+
+// TestHistoryFastPath: the shapes platforms send are read by the fast
+// path (the fuzz target proves it agrees with the reference; this proves
+// it is taken), and the shapes it must leave alone are left.
+func TestHistoryFastPath(t *testing.T) {
+	for body, fast := range map[string]bool{
+		`{"harness":"claude","sessionId":"s","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"line\nwith \"escapes\" and é"}]}`: true,
+		`{"messages":[{"role":"user","content":[{"type":"text","text":"blocks"}]}],"modelConnection":{"provider":"openai","deployment":"direct"}}`:       true,
+		`{"messages":null}`:                   true,
+		`{"messages":[],"Messages":[]}`:       false,
+		`{"messages":[],"messages":[]}`:       false,
+		`{"messages":[{"role":"user"}]} {}`:   false,
+		`{"me\u0073sages":[{"role":"u"}]}`:    false,
+		`{"messages":[{"role":"user",}]}`:     false,
+		`[{"messages":[]}]`:                   false,
+		`{"messages":[{"role":"user"}],"x":}`: false,
+	} {
+		if got := wire.TakesFastPath([]byte(body)); got != fast {
+			t.Errorf("fast path for %s: %v, want %v", body, got, fast)
 		}
 	}
 }

@@ -44,3 +44,9 @@ func ReferenceDecode(body []byte) (*Request, error) {
 	}
 	return &req, nil
 }
+
+// TakesFastPath reports whether decodeFast reads body itself.
+func TakesFastPath(body []byte) bool {
+	_, ok := decodeFast(body)
+	return ok
+}
