@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -18,12 +19,16 @@ import (
 // returned. Events wait in a slice, not a channel: a turn has a handful,
 // and a channel big enough for a streaming harness's bursts would cost
 // every turn its allocation. A drainer goroutine runs only while there is
-// something to write; the turn's last batch, when no drainer runs, is
-// committed by the turn itself, without waking one.
+// something to write, and starts only once the first pending event has
+// waited its delay (or commitBurst events wait): a turn that ends
+// before that — most warm turns — is committed whole, begin, events and
+// outcome, in one transaction by the turn itself. Followers lose nothing
+// meanwhile: the hub hands them what is published but not committed.
 type eventLog struct {
 	st        ledger
 	sessionID string
 	log       *slog.Logger
+	delay     time.Duration   // before the drainer starts
 	begun     chan struct{}   // closed once begin is committed (or failed)
 	drainer   sync.WaitGroup  // the drainer running now, if any
 	saved     func(seq int64) // told the last sequence number of each commit
@@ -31,7 +36,8 @@ type eventLog struct {
 	// mu guards the following.
 	mu       sync.Mutex
 	pending  []store.Event
-	draining bool        // a drainer runs (or the turn drains the rest)
+	timer    *time.Timer // armed: starts the drainer after delay
+	draining bool        // a drainer runs or is armed (or the turn drains the rest)
 	closing  bool        // the last event is in
 	begin    *store.Turn // the turn to begin with the first batch
 	end      *store.Turn // the outcome committed with the last batch
@@ -49,11 +55,20 @@ type ledger interface {
 // maxEventBatch bounds one append transaction.
 const maxEventBatch = 1024
 
+// defaultCommitDelay is how long an event may wait in memory before the
+// log starts committing (Config.EventCommitDelay): what a turn loses at
+// most, besides the turn itself (interrupted), if the runner dies.
+// commitBurst events start it at once.
+const (
+	defaultCommitDelay = 10 * time.Millisecond
+	commitBurst        = 64
+)
+
 // newEventLog opens the turn's log. With begin set (the store must be a
 // store.TurnWriter), the turn is begun in the first batch's transaction,
 // beside the harness, instead of in a commit of its own before it.
-func newEventLog(st ledger, sessionID string, log *slog.Logger, begin *store.Turn) *eventLog {
-	l := &eventLog{st: st, sessionID: sessionID, log: log, begun: make(chan struct{}), begin: begin}
+func newEventLog(st ledger, sessionID string, log *slog.Logger, begin *store.Turn, delay time.Duration) *eventLog {
+	l := &eventLog{st: st, sessionID: sessionID, log: log, delay: delay, begun: make(chan struct{}), begin: begin}
 	if begin == nil {
 		close(l.begun)
 	}
@@ -69,22 +84,31 @@ func (l *eventLog) awaitBegin() error {
 	return l.beginErr
 }
 
-// add queues e and starts a drainer unless one runs.
+// add queues e and arms a drainer unless one runs or is armed; a burst
+// starts the armed one at once.
 func (l *eventLog) add(e store.Event) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.pending = append(l.pending, e)
-	start := !l.draining && !l.closing
-	if start {
+	switch {
+	case l.closing:
+	case !l.draining:
 		l.draining = true
 		l.drainer.Add(1)
+		l.timer = time.AfterFunc(l.delay, l.fire)
+	case l.timer != nil && len(l.pending) >= commitBurst && l.timer.Stop():
+		l.timer = nil
+		go l.fire()
 	}
+}
+
+// fire is the armed drainer starting.
+func (l *eventLog) fire() {
+	defer l.drainer.Done()
+	l.mu.Lock()
+	l.timer = nil
 	l.mu.Unlock()
-	if start {
-		go func() {
-			defer l.drainer.Done()
-			l.drain()
-		}()
-	}
+	l.drain()
 }
 
 // take takes the next batch, with the begin and the outcome to commit
@@ -146,6 +170,23 @@ func (l *eventLog) drain() {
 // commit writes batch, with begin before it and end after it when set:
 // in one transaction each when the store can, else the outcome first.
 func (l *eventLog) commit(ctx context.Context, batch []store.Event, begin, end *store.Turn) (int64, error) {
+	if begin != nil && end != nil {
+		_, last, err := l.st.(store.TurnWriter).WriteTurnWithEvents(ctx, *begin, batch, *end)
+		if errors.Is(err, store.ErrNotBegun) {
+			l.setBeginErr(err)
+			return last, err
+		}
+		l.setBeginErr(nil)
+		if err != nil {
+			l.mu.Lock()
+			l.endErr = err
+			l.mu.Unlock()
+		}
+		if errors.Is(err, errdefs.ErrConflict) {
+			err = nil // the events are written; the first outcome stands
+		}
+		return last, err
+	}
 	if begin != nil {
 		last, err := l.st.(store.TurnWriter).BeginTurnWithEvents(ctx, *begin, batch)
 		l.setBeginErr(err)
@@ -196,6 +237,12 @@ func (l *eventLog) finish(last store.Event, end *store.Turn) (endErr, err error)
 	l.closing = true
 	l.end = end
 	inline := !l.draining
+	if l.timer != nil && l.timer.Stop() {
+		// The armed drainer never started: the turn commits it all.
+		l.timer = nil
+		l.drainer.Done()
+		inline = true
+	}
 	l.draining = true
 	l.mu.Unlock()
 	if inline {
@@ -220,7 +267,12 @@ func (t *turn) finish(done wire.Event, end *store.Turn) error {
 	}
 	t.mu.Unlock()
 	endErr, err := t.evlog.finish(store.Event{Seq: seq, TurnIndex: t.index, Time: time.Now(), Event: done}, end)
-	if endErr != nil {
+	if berr := t.evlog.awaitBegin(); berr != nil {
+		// Not in the ledger (nothing of it was written): not done.
+		done.StopReason = "error"
+		t.beginErr = fmt.Errorf("record the turn in the ledger: %w", berr)
+		err = errors.Join(err, t.beginErr)
+	} else if endErr != nil {
 		t.log.Error("record turn outcome", logkey.Error, endErr)
 	}
 	t.mu.Lock()

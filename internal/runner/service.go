@@ -37,6 +37,10 @@ type Config struct {
 	HistoryMaxChars int
 	// TeardownTimeout bounds closing a session and destroying its sandbox.
 	TeardownTimeout time.Duration
+	// EventCommitDelay is how long a turn's events may wait in memory
+	// before its event log starts committing (default 10 ms): a turn that
+	// ends sooner is committed whole, in one transaction.
+	EventCommitDelay time.Duration
 	// WarmProbeIdle is how long a warm session may sit idle before its
 	// sandbox is probed (sandbox.Prober) before reuse; zero means
 	// DefaultWarmProbeIdle, negative never (fallback.go).
@@ -148,6 +152,9 @@ func New(cfg Config, providers []sandbox.Provider, driver agent.Driver, st store
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.Nop{}
+	}
+	if cfg.EventCommitDelay <= 0 {
+		cfg.EventCommitDelay = defaultCommitDelay
 	}
 	if cfg.TeardownTimeout <= 0 {
 		cfg.TeardownTimeout = 10 * time.Second

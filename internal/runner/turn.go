@@ -39,8 +39,11 @@ type turn struct {
 	caps   *wire.Capabilities
 	index  int // ledger index, -1 without a session
 	evlog  *eventLog
-	hub    *hub // the session's followers, set with evlog
-	watch  *watchdog
+	// beginErr is set when the ledger refused the turn's begin, which
+	// rides in its events' commit: the turn then fails.
+	beginErr error
+	hub      *hub // the session's followers, set with evlog
+	watch    *watchdog
 	// leaseUntil is when the session lease this turn holds runs out.
 	leaseUntil time.Time
 	// cached is the session record as this replica's last turn left it,
@@ -212,12 +215,11 @@ func (t *turn) run(ctx context.Context) (out agent.Outcome, err error) {
 	}
 	var lv *live
 	defer func() {
-		if err == nil && t.evlog != nil {
-			if err = t.evlog.awaitBegin(); err != nil {
-				err = fmt.Errorf("record the turn in the ledger: %w", err)
-			}
-		}
 		t.settle(lv, out, err)
+		if err == nil && t.beginErr != nil {
+			// Its begin rode in the turn's commit, and was refused.
+			err = t.beginErr
+		}
 	}()
 
 	if t.tools, err = t.toolSet(); err != nil {
@@ -353,7 +355,7 @@ func (t *turn) begin(ctx context.Context) ([]wire.Message, error) {
 	t.begun = sess
 	t.mu.Lock()
 	t.seq = sess.LastSeq
-	t.evlog = newEventLog(st, sess.ID, t.log, begin)
+	t.evlog = newEventLog(st, sess.ID, t.log, begin, t.svc.cfg.EventCommitDelay)
 	t.hub = t.svc.hubs.get(sess.ID)
 	t.evlog.saved = t.hub.committed
 	t.mu.Unlock()
@@ -630,6 +632,9 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 		if werr := t.finish(done, outcome); werr != nil {
 			t.svc.forgetHold(t.plan.req.SessionID) // the log's last seq is unknown
 			t.log.Error("event log incomplete for this turn", logkey.Error, werr)
+		}
+		if err == nil && t.beginErr != nil {
+			err = t.beginErr // its harness is not kept
 		}
 		if t.stored != nil {
 			t.stored.LastSeq = t.lastSeq()

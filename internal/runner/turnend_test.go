@@ -2,17 +2,21 @@ package runner_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandbox/local"
 	"github.com/agentrunner/runner/internal/store"
 	"github.com/agentrunner/runner/internal/store/sqlite"
 	"github.com/agentrunner/runner/internal/wire"
+	"github.com/google/go-cmp/cmp"
 )
 
 // countingStore records how a turn's begin and end reach the store.
@@ -46,6 +50,20 @@ func (c *countingStore) BeginTurnWithEvents(ctx context.Context, t store.Turn, e
 	return c.Store.BeginTurnWithEvents(ctx, t, evs)
 }
 
+func (c *countingStore) WriteTurnWithEvents(ctx context.Context, begin store.Turn, evs []store.Event, end store.Turn) (store.Turn, int64, error) {
+	var types []wire.Event
+	for _, e := range evs {
+		types = append(types, e.Event)
+	}
+	got, last, err := c.Store.WriteTurnWithEvents(ctx, begin, evs, end)
+	c.mu.Lock()
+	c.begins = append(c.begins, "whole")
+	c.ends = append(c.ends, types)
+	c.outcomes = append(c.outcomes, end.Status)
+	c.mu.Unlock()
+	return got, last, err
+}
+
 func (c *countingStore) EndTurnWithEvents(ctx context.Context, t store.Turn, evs []store.Event) (store.Turn, int64, error) {
 	var types []wire.Event
 	for _, e := range evs {
@@ -63,7 +81,10 @@ func (c *countingStore) EndTurnWithEvents(ctx context.Context, t store.Turn, evs
 // outcome and its last events, done among them, are committed together
 // (one transaction instead of EndTurn and another append), and done
 // reaches the caller only after that commit. A warm turn (the replica
-// holds the lease) is begun in its first events' commit.
+// holds the lease) is begun in its first events' commit: when the log
+// starts committing during the turn (a zero-ish delay here), a commit
+// of its own with them; when the turn ends first, the whole turn is one
+// commit (TestShortWarmTurnIsOneCommit).
 func TestTurnEndsInOneCommit(t *testing.T) {
 	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "runner.db"))
 	if err != nil {
@@ -75,7 +96,7 @@ func TestTurnEndsInOneCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEnvWithStore(t, []sandbox.Provider{p}, cs)
+	e := newEnvWithStore(t, []sandbox.Provider{p}, cs, func(c *runner.Config) { c.EventCommitDelay = time.Nanosecond })
 	var committedAtDone []int
 	for i, msgs := range [][]string{{"say one"}, {"say one", "one", "say two"}} {
 		res, err := e.svc.Run(t.Context(), req{session: "s", messages: msgs}.wire(), func(seq int64, ev wire.Event) {
@@ -111,6 +132,59 @@ func TestTurnEndsInOneCommit(t *testing.T) {
 	}
 }
 
+// TestShortWarmTurnIsOneCommit: a warm turn that ends before its log
+// starts committing is written whole, begin, events and outcome, in one
+// transaction, and done still reaches the caller only after it.
+func TestShortWarmTurnIsOneCommit(t *testing.T) {
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "runner.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	cs := &countingStore{Store: st}
+	p, err := local.New(local.Config{Dir: filepath.Join(t.TempDir(), "sandboxes"), Isolation: "none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvWithStore(t, []sandbox.Provider{p}, cs, func(c *runner.Config) { c.EventCommitDelay = time.Hour })
+	var committedAtDone []int
+	for i, msgs := range [][]string{{"say one"}, {"say one", "one", "say two"}} {
+		res, err := e.svc.Run(t.Context(), req{session: "s", messages: msgs}.wire(), func(seq int64, ev wire.Event) {
+			if ev.Type == wire.EventDone {
+				cs.mu.Lock()
+				committedAtDone = append(committedAtDone, len(cs.ends))
+				cs.mu.Unlock()
+			}
+		})
+		if err != nil || !res.OK {
+			t.Fatalf("turn %d: %+v %v", i, res, err)
+		}
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if diff := cmp.Diff([]string{"own", "whole"}, cs.begins); diff != "" {
+		t.Fatalf("begins (-want +got):\n%s", diff)
+	}
+	if len(cs.ends) != 2 || cs.outcomes[1] != store.TurnCompleted {
+		t.Fatalf("ends %d, outcomes %v", len(cs.ends), cs.outcomes)
+	}
+	var types []string
+	for _, ev := range cs.ends[1] {
+		types = append(types, ev.Type)
+	}
+	// Everything the warm turn logs is in its one commit, done last.
+	if diff := cmp.Diff([]string{wire.EventMessage, wire.EventData, wire.EventMessageStart, wire.EventMessageDelta, wire.EventMessageEnd, wire.EventMessage, wire.EventDone}, types); diff != "" {
+		t.Fatalf("the warm turn's one commit (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]int{1, 2}, committedAtDone); diff != "" {
+		t.Fatalf("commits seen when done arrived (-want +got):\n%s", diff)
+	}
+	logged, err := st.ReadEvents(t.Context(), "s", 0, 0)
+	if err != nil || len(logged) == 0 || logged[len(logged)-1].Event.Type != wire.EventDone {
+		t.Fatalf("log: %d events, %v", len(logged), err)
+	}
+}
+
 // refusingStore refuses every batched begin.
 type refusingStore struct{ *sqlite.Store }
 
@@ -118,26 +192,43 @@ func (r refusingStore) BeginTurnWithEvents(context.Context, store.Turn, []store.
 	return 0, errdefs.ErrConflict
 }
 
+func (r refusingStore) WriteTurnWithEvents(context.Context, store.Turn, []store.Event, store.Turn) (store.Turn, int64, error) {
+	return store.Turn{}, 0, fmt.Errorf("%w: %w", store.ErrNotBegun, errdefs.ErrConflict)
+}
+
 // TestWarmTurnFailsWhenItsBeginFails: a turn whose batched begin the
 // ledger refused is not on disk, so it is not reported as done: it fails
-// and its harness is not kept.
+// and its harness is not kept; whether the begin rode in a commit during
+// the turn or in the turn's one commit at its end.
 func TestWarmTurnFailsWhenItsBeginFails(t *testing.T) {
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "runner.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	p, err := local.New(local.Config{Dir: filepath.Join(t.TempDir(), "sandboxes"), Isolation: "none"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := newEnvWithStore(t, []sandbox.Provider{p}, refusingStore{st})
-	e.turn(t, req{session: "s", messages: []string{"say one"}}) // cold: its own begin
-	res, err := e.svc.Run(t.Context(), req{session: "s", messages: []string{"say one", "one", "say two"}}.wire(), nil)
-	if err == nil || res.OK || !strings.Contains(err.Error(), "record the turn in the ledger") {
-		t.Fatalf("warm turn with a refused begin: %+v %v", res, err)
-	}
-	if next := e.turn(t, req{session: "s", messages: []string{"say one", "one", "say two", "", "say three"}}); next.mode == "warm" {
-		t.Fatal("the harness of a turn missing from the ledger was kept warm")
+	for name, delay := range map[string]time.Duration{"committed during the turn": time.Nanosecond, "one commit": time.Hour} {
+		t.Run(name, func(t *testing.T) {
+			st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "runner.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			p, err := local.New(local.Config{Dir: filepath.Join(t.TempDir(), "sandboxes"), Isolation: "none"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := newEnvWithStore(t, []sandbox.Provider{p}, refusingStore{st}, func(c *runner.Config) { c.EventCommitDelay = delay })
+			e.turn(t, req{session: "s", messages: []string{"say one"}}) // cold: its own begin
+			var stop string
+			res, err := e.svc.Run(t.Context(), req{session: "s", messages: []string{"say one", "one", "say two"}}.wire(), func(_ int64, ev wire.Event) {
+				if ev.Type == wire.EventDone {
+					stop = ev.StopReason
+				}
+			})
+			if err == nil || res.OK || !strings.Contains(err.Error(), "record the turn in the ledger") {
+				t.Fatalf("warm turn with a refused begin: %+v %v", res, err)
+			}
+			if stop != "error" {
+				t.Fatalf("done said %q, want error", stop)
+			}
+			if next := e.turn(t, req{session: "s", messages: []string{"say one", "one", "say two", "", "say three"}}); next.mode == "warm" {
+				t.Fatal("the harness of a turn missing from the ledger was kept warm")
+			}
+		})
 	}
 }

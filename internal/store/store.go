@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -86,7 +87,15 @@ type TurnWriter interface {
 	// returns the stored turn and the session's last sequence number; a
 	// failed write leaves neither written.
 	EndTurnWithEvents(ctx context.Context, t Turn, evs []Event) (Turn, int64, error)
+	// WriteTurnWithEvents is a whole turn in one transaction: begin as
+	// BeginTurnWithEvents, evs, then the outcome end as EndTurnWithEvents.
+	// A refused begin writes nothing and its error wraps ErrNotBegun; a
+	// refused outcome leaves the begin and the events written.
+	WriteTurnWithEvents(ctx context.Context, begin Turn, evs []Event, end Turn) (Turn, int64, error)
 }
+
+// ErrNotBegun marks a WriteTurnWithEvents whose begin was refused.
+var ErrNotBegun = errors.New("turn not begun")
 
 // Sandboxes records the sandboxes the runner created, so that a restarted
 // runner can find, reuse or reap them.

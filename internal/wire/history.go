@@ -363,4 +363,3 @@ func (p *scan) simpleMessage() (Message, bool) {
 		}
 	}
 }
-

@@ -85,6 +85,29 @@ func (s *Store) BeginTurnWithEvents(ctx context.Context, t store.Turn, evs []sto
 	return req.last, nil
 }
 
+// WriteTurnWithEvents implements store.TurnWriter, through the appender:
+// a short turn costs one commit.
+func (s *Store) WriteTurnWithEvents(ctx context.Context, begin store.Turn, evs []store.Event, end store.Turn) (store.Turn, int64, error) {
+	if err := begin.ValidateBegin(); err != nil {
+		return store.Turn{}, 0, err
+	}
+	if err := end.ValidateEnd(); err != nil {
+		return store.Turn{}, 0, err
+	}
+	req, err := newAppendReq(ctx, begin.SessionID, evs)
+	if err != nil {
+		return store.Turn{}, 0, err
+	}
+	req.begin, req.end = &begin, &end
+	if err := s.appendAndWait(req); err != nil {
+		return store.Turn{}, 0, fmt.Errorf("begin turn %s/%d: %w: %w", begin.SessionID, begin.Index, store.ErrNotBegun, err)
+	}
+	if req.endErr != nil {
+		return store.Turn{}, req.last, fmt.Errorf("end turn %s/%d: %w", end.SessionID, end.Index, req.endErr)
+	}
+	return req.ended, req.last, nil
+}
+
 func newAppendReq(ctx context.Context, sessionID string, evs []store.Event) (*appendReq, error) {
 	req := &appendReq{ctx: ctx, session: sessionID, evs: evs, data: make([]string, len(evs)), done: make(chan struct{})}
 	for i := range evs {

@@ -63,4 +63,27 @@ func testTurnWriter(t *testing.T, st store.Store) {
 	_, _, err = tw.EndTurnWithEvents(ctx, store.Turn{SessionID: "s", Index: 0, Status: store.TurnRunning}, evs)
 	wantErr(t, err, errdefs.ErrInvalid)
 	equal(t, "LastSeq", must(st.GetSession(ctx, "s"))(t).LastSeq, int64(4))
+
+	// A whole turn in one transaction.
+	begin := store.Turn{SessionID: "s", Index: 1, Harness: "claude", StartedAt: t0, Owner: "r1"}
+	whole := begin
+	whole.Status, whole.EndedAt, whole.StopReason = store.TurnCompleted, t0.Add(2*time.Second), "end_turn"
+	got, last, err = tw.WriteTurnWithEvents(ctx, begin, append(user, evs...), whole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "WriteTurnWithEvents turn", got, whole)
+	equal(t, "WriteTurnWithEvents last", last, int64(7))
+	equal(t, "GetTurn after WriteTurnWithEvents", must(st.GetTurn(ctx, "s", 1))(t), whole)
+	logged = must(st.ReadEvents(ctx, "s", 4, 0))(t)
+	equal(t, "whole turn's events", len(logged), 3)
+	// A refused begin writes nothing, the outcome and the events included.
+	_, _, err = tw.WriteTurnWithEvents(ctx, begin, evs, whole)
+	wantErr(t, err, errdefs.ErrConflict)
+	wantErr(t, err, store.ErrNotBegun)
+	_, _, err = tw.WriteTurnWithEvents(ctx, store.Turn{SessionID: "nope", Index: 0, StartedAt: t0}, evs, store.Turn{SessionID: "nope", Index: 0, Status: store.TurnCompleted})
+	wantErr(t, err, errdefs.ErrNotFound)
+	wantErr(t, err, store.ErrNotBegun)
+	sess = must(st.GetSession(ctx, "s"))(t)
+	equal(t, "after refused whole turns", []int64{sess.LastSeq, int64(sess.LastTurnIndex)}, []int64{7, 1})
 }
