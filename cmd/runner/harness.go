@@ -15,6 +15,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentrunner/runner/internal/config"
@@ -491,6 +492,29 @@ func harnessCmd(ctx context.Context, args []string, environ []string, stdout, st
 	}
 	fmt.Fprintf(stderr, "runner harness: unknown subcommand %q\n%s", args[0], help)
 	return 2
+}
+
+// harnessStatusCache keeps harnessStatus for a second: /health is polled
+// (load balancers, probes, platforms before each turn), and reading every
+// harness's package.json each time was most of its cost. An install by
+// another process shows within the second.
+type harnessStatusCache struct {
+	status func() map[string]any // harnessStatus
+	now    func() time.Time
+
+	mu sync.Mutex
+	at time.Time
+	v  map[string]any // never modified once cached
+}
+
+func (c *harnessStatusCache) get() map[string]any {
+	now := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.v == nil || now.Sub(c.at) >= time.Second || now.Before(c.at) {
+		c.v, c.at = c.status(), now
+	}
+	return c.v
 }
 
 // harnessStatus is what /health reports on the launch table: for each

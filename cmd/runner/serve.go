@@ -76,6 +76,7 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 	reaper := svc.Reaper(cfg.Daytona.ReapInterval)
 	reaper.Start()
 	defer reaper.Stop()
+	installed := &harnessStatusCache{status: func() map[string]any { return harnessStatus(cfg) }, now: time.Now}
 	h := api.New(api.Config{
 		Token:            cfg.Token,
 		Version:          version,
@@ -83,7 +84,7 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 		MaxBodyBytes:     cfg.MaxBodyBytes,
 		PingInterval:     cfg.PingInterval,
 		Health: func() map[string]any {
-			return map[string]any{"harnesses": svc.Harnesses(), "harnessesInstalled": harnessStatus(cfg), "providers": svc.Providers(), "inFlight": svc.InFlight(), "warm": svc.Warm()}
+			return map[string]any{"harnesses": svc.Harnesses(), "harnessesInstalled": installed.get(), "providers": svc.Providers(), "inFlight": svc.InFlight(), "warm": svc.Warm()}
 		},
 		SubscriptionStatus: func() map[string]any { return subscriptionStatus(cfg, environ) },
 		Ready:              svc.Ready,

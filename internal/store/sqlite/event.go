@@ -15,6 +15,9 @@ import (
 // maxGroup bounds how many AppendEvents calls share one transaction.
 const maxGroup = 256
 
+// insertChunk is the most events one INSERT statement carries.
+const insertChunk = 8
+
 // appendReq is one AppendEvents call waiting for the appender.
 type appendReq struct {
 	ctx     context.Context
@@ -171,7 +174,8 @@ func (s *Store) appender() {
 // other error fails the whole group.
 func (s *Store) commitGroup(group []*appendReq) {
 	err := s.inTx(context.Background(), func(tx *sql.Tx) error {
-		bump, ins := tx.Stmt(s.bumpSeq), tx.Stmt(s.insertEvent)
+		bump := tx.Stmt(s.bumpSeq)
+		var args []any
 		for _, req := range group {
 			if req.err = req.ctx.Err(); req.err != nil {
 				continue
@@ -200,9 +204,14 @@ func (s *Store) commitGroup(group []*appendReq) {
 				return err
 			}
 			seq := req.last - int64(len(req.evs))
-			for i, e := range req.evs {
-				seq++
-				if _, err := ins.Exec(req.session, seq, e.TurnIndex, ms(e.Time), req.data[i]); err != nil {
+			for start := 0; start < len(req.evs); start += insertChunk {
+				chunk := req.evs[start:min(start+insertChunk, len(req.evs))]
+				args = args[:0]
+				for i, e := range chunk {
+					seq++
+					args = append(args, req.session, seq, e.TurnIndex, ms(e.Time), req.data[start+i])
+				}
+				if _, err := tx.Stmt(s.insertEvents[len(chunk)-1]).Exec(args...); err != nil {
 					return err
 				}
 			}
@@ -222,17 +231,17 @@ func (s *Store) commitGroup(group []*appendReq) {
 // index included), and the rest of the group commits.
 func (s *Store) beginInGroup(tx *sql.Tx, t store.Turn) error {
 	ctx := context.Background()
-	if _, err := tx.ExecContext(ctx, `SAVEPOINT turn_begin`); err != nil {
+	if _, err := tx.Stmt(s.stmts.savepoint).Exec(); err != nil {
 		return err
 	}
 	if _, err := s.beginTurn(ctx, tx, t); err != nil {
-		if _, rerr := tx.ExecContext(ctx, `ROLLBACK TO turn_begin`); rerr != nil {
+		if _, rerr := tx.Stmt(s.stmts.rollbackTo).Exec(); rerr != nil {
 			return rerr
 		}
-		_, rerr := tx.ExecContext(ctx, `RELEASE turn_begin`)
+		_, rerr := tx.Stmt(s.stmts.release).Exec()
 		return errors.Join(err, rerr)
 	}
-	_, err := tx.ExecContext(ctx, `RELEASE turn_begin`)
+	_, err := tx.Stmt(s.stmts.release).Exec()
 	return err
 }
 

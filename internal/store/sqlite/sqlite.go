@@ -32,8 +32,14 @@ type Store struct {
 
 	// The statements of AppendEvents and the turn ledger, prepared once
 	// on w.
-	bumpSeq, insertEvent *sql.Stmt
-	stmts                struct{ beginSession, insertTurn, endTurn *sql.Stmt }
+	bumpSeq *sql.Stmt
+	// insertEvents[n-1] inserts n events: a turn's batch costs one
+	// statement per insertChunk events, not one per event.
+	insertEvents [insertChunk]*sql.Stmt
+	stmts        struct {
+		beginSession, insertTurn, endTurn *sql.Stmt
+		savepoint, release, rollbackTo    *sql.Stmt
+	}
 
 	appends      chan *appendReq // AppendEvents calls, to the appender
 	appenderDone chan struct{}   // closed when the appender has returned
@@ -106,12 +112,20 @@ func open(ctx context.Context, path string) (_ *Store, err error) {
 		query string
 	}{
 		{&s.bumpSeq, `UPDATE sessions SET last_seq = last_seq + ? WHERE id = ? RETURNING last_seq`},
-		{&s.insertEvent, `INSERT INTO events (session_id, seq, turn_index, at, event) VALUES (?, ?, ?, ?, ?)`},
 		{&s.stmts.beginSession, sqlBeginSession},
 		{&s.stmts.insertTurn, sqlInsertTurn},
 		{&s.stmts.endTurn, sqlEndTurn},
+		{&s.stmts.savepoint, `SAVEPOINT turn_begin`},
+		{&s.stmts.release, `RELEASE turn_begin`},
+		{&s.stmts.rollbackTo, `ROLLBACK TO turn_begin`},
 	} {
 		if *st.dst, err = s.w.PrepareContext(ctx, st.query); err != nil {
+			return nil, err
+		}
+	}
+	for n := 1; n <= insertChunk; n++ {
+		q := `INSERT INTO events (session_id, seq, turn_index, at, event) VALUES (?, ?, ?, ?, ?)` + strings.Repeat(`, (?, ?, ?, ?, ?)`, n-1)
+		if s.insertEvents[n-1], err = s.w.PrepareContext(ctx, q); err != nil {
 			return nil, err
 		}
 	}
