@@ -43,7 +43,7 @@ var implementations = []string{
 	"internal/sandbox/local", "internal/sandbox/daytona",
 	"internal/store/sqlite", "internal/store/postgres",
 	"internal/agent/acp",
-	"internal/workspace/fs", "internal/workspace/s3",
+	"internal/workspace/fs", "internal/workspace/s3", "internal/workspace/resign", "internal/workspace/rclone",
 	"internal/metrics/prom",
 }
 

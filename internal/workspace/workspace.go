@@ -13,9 +13,12 @@ package workspace
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
+	"os"
 	"path"
 	"strings"
 	"time"
@@ -180,4 +183,38 @@ func StoreError(store, op string, err error) error {
 		return err // already names the store
 	}
 	return errdefs.With(errdefs.ErrUnavailable, fmt.Errorf("%w %s: %s: %w", ErrStore, store, op, err))
+}
+
+// Host is the lease's endpoint as host[:port], and whether it is reached
+// over TLS: a URL's scheme decides, else Insecure.
+func (l Lease) Host() (host string, secure bool) {
+	host, secure = l.Endpoint, !l.Insecure
+	if host == "" {
+		host = "s3.amazonaws.com"
+	}
+	if u, err := url.Parse(host); err == nil && u.Host != "" && (u.Scheme == "http" || u.Scheme == "https") {
+		host, secure = u.Host, u.Scheme == "https"
+	}
+	return host, secure
+}
+
+// RootCAs is the system's roots plus AWS_CA_BUNDLE (a private CA), for a
+// TLS store; nil when AWS_CA_BUNDLE is unset (the default roots).
+func RootCAs() (*x509.CertPool, error) {
+	bundle := os.Getenv("AWS_CA_BUNDLE")
+	if bundle == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(bundle)
+	if err != nil {
+		return nil, errdefs.Invalidf("AWS_CA_BUNDLE: %v", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, errdefs.Invalidf("AWS_CA_BUNDLE %s: no PEM certificate in it", bundle)
+	}
+	return pool, nil
 }

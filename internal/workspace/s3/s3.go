@@ -10,13 +10,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
-	"os"
 	"strings"
 	"sync"
 
@@ -54,6 +51,9 @@ func New(l workspace.Leaser, opt Options) *Store {
 	}
 	return &Store{leases: l, maxRetries: opt.MaxRetries, where: "s3"}
 }
+
+// Leases implements workspace.Leased.
+func (s *Store) Leases() workspace.Leaser { return s.leases }
 
 func (s *Store) String() string {
 	s.mu.Lock()
@@ -98,13 +98,7 @@ func (s *Store) conn(ctx context.Context, failed workspace.Lease, renew bool) (*
 }
 
 func client(l workspace.Lease, retries int) (*minio.Client, error) {
-	host, secure := l.Endpoint, !l.Insecure
-	if host == "" {
-		host = "s3.amazonaws.com"
-	}
-	if u, err := url.Parse(host); err == nil && u.Host != "" && (u.Scheme == "http" || u.Scheme == "https") {
-		host, secure = u.Host, u.Scheme == "https"
-	}
+	host, secure := l.Host()
 	tr, err := transport(secure)
 	if err != nil {
 		return nil, err
@@ -130,20 +124,12 @@ func transport(secure bool) (http.RoundTripper, error) {
 	if err != nil {
 		return nil, err
 	}
-	bundle := os.Getenv("AWS_CA_BUNDLE")
-	if !secure || bundle == "" {
+	if !secure {
 		return tr, nil
 	}
-	pem, err := os.ReadFile(bundle)
-	if err != nil {
-		return nil, errdefs.Invalidf("AWS_CA_BUNDLE: %v", err)
-	}
-	pool, err := x509.SystemCertPool()
+	pool, err := workspace.RootCAs()
 	if err != nil || pool == nil {
-		pool = x509.NewCertPool()
-	}
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, errdefs.Invalidf("AWS_CA_BUNDLE %s: no PEM certificate in it", bundle)
+		return tr, err
 	}
 	if tr.TLSClientConfig == nil {
 		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
