@@ -198,9 +198,14 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 		return nil, fmt.Errorf("durable workspace store: %w", err)
 	}
 	workspaces = platformWorkspaces(cfg, workspaces)
+	mounter, err := workspaceMounter(cfg, log)
+	if err != nil {
+		return nil, fmt.Errorf("durable workspace mount: %w", err)
+	}
 	return runner.New(runner.Config{
 		Workspaces:      workspaces,
 		CheckpointEvery: cfg.CheckpointEvery,
+		Mounter:         mounter,
 		Version:         version,
 		DefaultProvider: cfg.DefaultProvider,
 		Harnesses:       specs,

@@ -54,6 +54,10 @@ type Config struct {
 	// empty for a directory in the data dir, "off" for none.
 	StoreURL        string
 	CheckpointEvery time.Duration
+	// WorkspaceMode is how the working directory reaches the store
+	// (AGENTA_RUNNER_WORKSPACE_MODE): "sync" (restore and checkpoints, the
+	// default) or "fuse" (an rclone mount, only when set).
+	WorkspaceMode string
 	// PlatformMounts signs a platform request's workspace with the
 	// platform's mount endpoints (AGENTA_RUNNER_PLATFORM_MOUNTS).
 	PlatformMounts bool
@@ -195,6 +199,12 @@ func Load(environ []string) (Config, []string, error) {
 	case "bwrap", "none":
 	default:
 		l.fail(fmt.Sprintf("AGENTA_RUNNER_LOCAL_ISOLATION %q: use bwrap or none", c.LocalIsolation))
+	}
+	c.WorkspaceMode = strings.ToLower(l.str("AGENTA_RUNNER_WORKSPACE_MODE", "sync"))
+	switch c.WorkspaceMode {
+	case "sync", "fuse":
+	default:
+		l.fail(fmt.Sprintf("AGENTA_RUNNER_WORKSPACE_MODE %q: use sync (restore and checkpoint, the default) or fuse (an rclone mount)", c.WorkspaceMode))
 	}
 	c.LocalNetwork = strings.ToLower(l.str("AGENTA_RUNNER_LOCAL_NETWORK", "isolated"))
 	c.LocalNetworkAllow = l.list("AGENTA_RUNNER_LOCAL_NETWORK_ALLOW")

@@ -61,6 +61,7 @@ type durable struct {
 	mounts  []workspace.Mount
 	bases   []workspace.Manifest // what each mount's tree last matched
 	keepers []*workspace.Keeper
+	fuse    workspace.MountPoint // the mounted working directory (fuse mode); nil in sync mode
 }
 
 func (t *turn) workspaceTarget() workspace.Target {
@@ -116,6 +117,12 @@ func (t *turn) acquireWorkspace(ctx context.Context, lv *live) error {
 		d.agentDir = agentDir
 		d.mounts = append(d.mounts, workspace.Mount{Name: "agent", Store: stores.Agent, Root: d.agentDir, Exclude: credentialFiles})
 	}
+	if t.svc.cfg.Mounter != nil { // durable_fuse.go
+		if err := d.mountWorkdir(ctx, t, info, stores); err != nil {
+			return err
+		}
+		lv.durable = d // released, and so unmounted, if what follows fails
+	}
 	d.bases = make([]workspace.Manifest, len(d.mounts))
 	start := time.Now()
 	for i, m := range d.mounts {
@@ -124,9 +131,14 @@ func (t *turn) acquireWorkspace(ctx context.Context, lv *live) error {
 			return fmt.Errorf("durable workspace: restore %s: %w", m.Name, err)
 		}
 		d.bases[i] = man
+		if m.Name == "workspace" {
+			if err := refuseFuseWritten(ctx, t, m.Store, man); err != nil {
+				return err
+			}
+		}
 		t.log.Debug("workspace restored", "mount", m.Name, "entries", st.Entries, "copied", st.Transferred, "bytes", st.Bytes, "removed", st.Deleted)
 	}
-	if d.agentDir != "" {
+	if d.agentDir != "" && d.fuse == nil { // a mount cannot hold the symlink
 		if err := linkAgentFolder(ctx, d.tree, info.Workdir, d.agentDir); err != nil {
 			return fmt.Errorf("durable workspace: %w", err)
 		}
@@ -154,6 +166,11 @@ func (d *durable) set(t *turn, s workspace.Stores) {
 		}
 	}
 	d.keepers = s.Keepers
+	if d.fuse != nil {
+		if err := d.fuse.SetStore(s.Session); err != nil {
+			t.log.Warn("fuse mount keeps its previous store credential", logkey.Error, err)
+		}
+	}
 	if total := t.svc.cfg.Limits.Total; total > 0 {
 		for _, k := range d.keepers {
 			k.SetHorizon(time.Now().Add(total + time.Minute))
@@ -209,6 +226,9 @@ func (lv *live) workspaceEnv() []string {
 func (lv *live) workspaceGuidance() (json.RawMessage, bool) {
 	if lv.durable == nil || lv.durable.agentDir == "" {
 		return nil, false
+	}
+	if lv.durable.fuse != nil {
+		return textBlock(fmt.Sprintf("[runner] Files in this working directory persist across turns of this session (symlinks cannot be created in it); files in %s persist across every session of this agent.\n\n", lv.durable.agentDir)), true
 	}
 	return textBlock(fmt.Sprintf("[runner] Files in this working directory persist across turns of this session; files in ./%s (%s) persist across every session of this agent.\n\n", agentLink, lv.durable.agentDir)), true
 }
@@ -271,7 +291,11 @@ func (t *turn) checkpoints(ctx context.Context, lv *live, warm bool) func(error)
 		}
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalCheckpointTimeout)
 		defer cancel()
-		if cerr := d.checkpoint(fctx, t); cerr != nil {
+		cerr := d.checkpoint(fctx, t)
+		if cerr == nil {
+			cerr = d.flushMount(fctx) // durable_fuse.go
+		}
+		if cerr != nil {
 			t.log.Error("final workspace checkpoint failed", logkey.Error, cerr)
 			if err == nil || errors.Is(err, context.Canceled) {
 				return cerr
@@ -286,6 +310,9 @@ func (t *turn) checkpoints(ctx context.Context, lv *live, warm bool) func(error)
 func (d *durable) checkpoint(ctx context.Context, t *turn) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.mountErr(); err != nil {
+		return err
+	}
 	for i, m := range d.mounts {
 		man, st, err := workspace.Checkpoint(ctx, d.tree, m, d.bases[i])
 		if err != nil {

@@ -93,6 +93,10 @@ type Config struct {
 	// turn checkpoints them (default 30s).
 	Workspaces      workspace.Resolver
 	CheckpointEvery time.Duration
+	// Mounter, if set (AGENTA_RUNNER_WORKSPACE_MODE=fuse), mounts the
+	// working directory from its store instead of restoring and
+	// checkpointing it (durable_fuse.go).
+	Mounter workspace.Mounter
 	// DenyAllPermissions is the incident kill switch: every permission
 	// request and tool call is denied.
 	DenyAllPermissions bool

@@ -749,6 +749,7 @@ func (lv *live) release(ctx context.Context, s *Service, reason string) {
 	if lv.binding != nil {
 		lv.binding.Close()
 	}
+	lv.unmountWorkspace(ctx, s) // durable_fuse.go
 	info := lv.sb.Info()
 	state := store.SandboxDestroyed
 	if pz, ok := lv.sb.(sandbox.Pauser); ok && pool.Parkable(reason) {

@@ -7,6 +7,10 @@
 // waits until rclone's upload queue is empty, so a turn's files are in the
 // store before its result returns.
 //
+// rclone keeps a file dirty in its cache until it is uploaded, and
+// retries a failed upload on its own; Flush fails when the store has
+// kept failing (the loopback endpoint's Err) or its context ends.
+//
 // Limits of rclone 1.60 on S3, stated rather than papered over: symlinks
 // cannot be created in the mount (the call fails with an error; rclone's
 // --links is for its local backend only), and modes, owners and empty
@@ -17,15 +21,13 @@ package rclone
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -137,13 +139,8 @@ func (m *Mounter) start(ctx context.Context, store string, lb workspace.Loopback
 	if err := os.MkdirAll(cache, 0o700); err != nil {
 		return nil, fmt.Errorf("rclone cache: %w", err)
 	}
-	rcAddr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
 	mp := &mountPoint{
-		m: m, lb: lb, store: store, dir: dir, cache: cache, rcAddr: rcAddr,
-		rcUser: "runner", rcPass: randomHex(16), exited: make(chan struct{}),
+		m: m, lb: lb, store: store, dir: dir, cache: cache, exited: make(chan struct{}),
 	}
 	args := []string{
 		"mount", "ws:" + rem.Path, dir,
@@ -155,7 +152,6 @@ func (m *Mounter) start(ctx context.Context, store string, lb workspace.Loopback
 		"--allow-other", "--default-permissions", "--umask", "022",
 		"--exclude", "/" + workspace.MetaDir + "/**",
 		"--s3-upload-cutoff", "8Mi", "--s3-chunk-size", "8Mi", // bodies the endpoint can replay
-		"--rc", "--rc-addr", rcAddr,
 		"--log-level", "NOTICE",
 	}
 	if m.cfg.UID > 0 {
@@ -174,8 +170,6 @@ func (m *Mounter) start(ctx context.Context, store string, lb workspace.Loopback
 		"RCLONE_CONFIG_WS_SECRET_ACCESS_KEY=" + rem.SecretKey,
 		"RCLONE_CONFIG_WS_FORCE_PATH_STYLE=true",
 		"RCLONE_CONFIG_WS_NO_CHECK_BUCKET=true",
-		"RCLONE_RC_USER=" + mp.rcUser,
-		"RCLONE_RC_PASS=" + mp.rcPass,
 	}
 	cmd.Stdout, cmd.Stderr = &mp.out, &mp.out
 	// rclone unmounts on SIGTERM: sent when the runner dies, so a killed
@@ -215,34 +209,15 @@ func stale(dir string) bool {
 	return errors.Is(err, syscall.ENOTCONN)
 }
 
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("rclone remote control port: %w", err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr, nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 // mountPoint is one running rclone mount.
 type mountPoint struct {
-	m      *Mounter
-	lb     workspace.Loopback
-	store  string
-	dir    string
-	cache  string
-	rcAddr string
-	rcUser string
-	rcPass string
-	cmd    *exec.Cmd
-	out    tailBuffer
+	m     *Mounter
+	lb    workspace.Loopback
+	store string
+	dir   string
+	cache string
+	cmd   *exec.Cmd
+	out   tailBuffer
 
 	exited  chan struct{}
 	waitErr error // set before exited closes
@@ -295,57 +270,52 @@ func (mp *mountPoint) SetStore(s workspace.Store) error {
 	return nil
 }
 
-// vfsStats is the part of rclone's vfs/stats answer Flush reads.
-type vfsStats struct {
-	DiskCache struct {
-		UploadsInProgress int `json:"uploadsInProgress"`
-		UploadsQueued     int `json:"uploadsQueued"`
-		ErroredFiles      int `json:"erroredFiles"`
-	} `json:"diskCache"`
+// dirty counts the files written through the mount and not uploaded
+// yet: rclone marks an item of its cache dirty (in its metadata on disk)
+// at the first write, before the write returns, and clean once the upload
+// succeeded. (rclone 1.60's vfs/stats upload counters miss an upload that
+// is retrying, so they cannot tell a flushed mount.)
+func (mp *mountPoint) dirty() (int, error) {
+	n := 0
+	err := filepath.WalkDir(filepath.Join(mp.cache, "vfsMeta"), func(p string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // a file uploaded and evicted meanwhile
+		}
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var meta struct{ Dirty bool }
+		if json.Unmarshal(b, &meta) == nil && meta.Dirty {
+			n++
+		}
+		return nil
+	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	return n, err
 }
 
-func (mp *mountPoint) stats(ctx context.Context) (vfsStats, error) {
-	var st vfsStats
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+mp.rcAddr+"/vfs/stats", strings.NewReader("{}"))
-	if err != nil {
-		return st, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.SetBasicAuth(mp.rcUser, mp.rcPass)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return st, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return st, fmt.Errorf("rclone vfs/stats: %s", resp.Status)
-	}
-	return st, json.NewDecoder(resp.Body).Decode(&st)
-}
-
-// Flush implements workspace.MountPoint: it waits until rclone's upload
-// queue has been empty twice in a row (a file closed just before is
-// queued by the kernel's release, which is asynchronous).
+// Flush implements workspace.MountPoint.
 func (mp *mountPoint) Flush(ctx context.Context) error {
-	idle := 0
+	wait := 10 * time.Millisecond
 	for {
 		if err := mp.Err(); err != nil {
 			return err
 		}
-		st, err := mp.stats(ctx)
+		pending, err := mp.dirty()
 		if err != nil {
-			if ctx.Err() != nil {
-				return workspace.StoreError(mp.store, "flush the fuse mount", ctx.Err())
-			}
-			return workspace.StoreError(mp.store, "flush the fuse mount", fmt.Errorf("ask rclone: %w", err))
+			return workspace.StoreError(mp.store, "flush the fuse mount", fmt.Errorf("read rclone's cache: %w", err))
 		}
-		pending := st.DiskCache.UploadsInProgress + st.DiskCache.UploadsQueued
 		if pending == 0 {
-			if idle++; idle >= 2 {
-				return nil
-			}
-		} else {
-			idle = 0
+			return nil
 		}
 		select {
 		case <-ctx.Done():
@@ -355,8 +325,9 @@ func (mp *mountPoint) Flush(ctx context.Context) error {
 			}
 			return workspace.StoreError(mp.store, "flush the fuse mount", fmt.Errorf("%d files not uploaded: %w", pending, cause))
 		case <-mp.exited:
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(wait):
 		}
+		wait = min(2*wait, 200*time.Millisecond)
 	}
 }
 

@@ -25,8 +25,13 @@ func FUSE(t testing.TB, failAfter time.Duration) rclone.Config {
 		}
 		t.Skipf("fuse mode cannot be tested on this host: %v", err)
 	}
-	cfg.Serve = func(ctx context.Context, l workspace.Leaser, prefix string) (workspace.Loopback, error) {
+	cfg.Serve = FUSEServe(failAfter)
+	return cfg
+}
+
+// FUSEServe starts the loopback re-signing endpoint of one mount.
+func FUSEServe(failAfter time.Duration) func(ctx context.Context, l workspace.Leaser, prefix string) (workspace.Loopback, error) {
+	return func(ctx context.Context, l workspace.Leaser, prefix string) (workspace.Loopback, error) {
 		return resign.Serve(ctx, resign.Config{Leases: l, Prefix: prefix, FailAfter: failAfter})
 	}
-	return cfg
 }
