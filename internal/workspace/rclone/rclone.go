@@ -83,10 +83,26 @@ func Check(cfg Config) (Config, error) {
 		return cfg, errdefs.Invalidf("%s needs /dev/fuse (%v); in a container run it with --device /dev/fuse --cap-add SYS_ADMIN, or set AGENTA_RUNNER_WORKSPACE_MODE=sync", v, err)
 	}
 	f.Close()
+	if os.Geteuid() != 0 {
+		// The sandbox's user is not the runner's: the mount must allow
+		// other users, which FUSE grants a non-root user only so.
+		if b, err := os.ReadFile("/etc/fuse.conf"); err != nil || !userAllowOther(string(b)) {
+			return cfg, errdefs.Invalidf("%s as a non-root user needs user_allow_other in /etc/fuse.conf (the sandbox's user must reach the mount), or set AGENTA_RUNNER_WORKSPACE_MODE=sync", v)
+		}
+	}
 	if cfg.CacheDir == "" || !filepath.IsAbs(cfg.CacheDir) {
 		return cfg, errdefs.Invalidf("%s: the rclone cache directory %q must be an absolute path", v, cfg.CacheDir)
 	}
 	return cfg, nil
+}
+
+func userAllowOther(conf string) bool {
+	for _, line := range strings.Split(conf, "\n") {
+		if strings.TrimSpace(line) == "user_allow_other" {
+			return true
+		}
+	}
+	return false
 }
 
 // Mounter makes rclone mounts. It implements workspace.Mounter.
