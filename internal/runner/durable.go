@@ -62,6 +62,32 @@ type durable struct {
 	bases   []workspace.Manifest // what each mount's tree last matched
 	keepers []*workspace.Keeper
 	fuse    workspace.MountPoint // the mounted working directory (fuse mode); nil in sync mode
+	// watches follow the mounts' trees where the provider can (nil
+	// otherwise): a checkpoint then reads only the directories changed.
+	watches []sandbox.TreeWatch
+}
+
+// treeOf is what mount i is scanned through.
+func (d *durable) treeOf(i int) workspace.Tree {
+	if d.watches[i] == nil {
+		return d.tree
+	}
+	return workspace.Watched(d.tree, d.mounts[i].Root, d.watches[i])
+}
+
+// close stops following the trees (the sandbox is released).
+func (d *durable) close() {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, w := range d.watches {
+		if w != nil {
+			_ = w.Close()
+			d.watches[i] = nil
+		}
+	}
 }
 
 func (t *turn) workspaceTarget() workspace.Target {
@@ -71,7 +97,7 @@ func (t *turn) workspaceTarget() workspace.Target {
 
 // acquireWorkspace restores the session's durable files into a new
 // sandbox (cold turns), before anything else is written there.
-func (t *turn) acquireWorkspace(ctx context.Context, lv *live) error {
+func (t *turn) acquireWorkspace(ctx context.Context, lv *live) (err error) {
 	res := t.svc.cfg.Workspaces
 	if res == nil || t.key == "" || t.svc.cfg.Workdir != "" {
 		// A person's own directory (runner run -workdir) is its own
@@ -124,9 +150,28 @@ func (t *turn) acquireWorkspace(ctx context.Context, lv *live) error {
 		lv.durable = d // released, and so unmounted, if what follows fails
 	}
 	d.bases = make([]workspace.Manifest, len(d.mounts))
+	d.watches = make([]sandbox.TreeWatch, len(d.mounts))
+	if tw, ok := lv.sb.(sandbox.TreeWatcher); ok {
+		defer func() {
+			if err != nil {
+				d.close()
+			}
+		}()
+		for i, m := range d.mounts {
+			if len(m.Include) > 0 {
+				continue // a few harness directories: a full scan is cheap
+			}
+			w, werr := tw.WatchTree(m.Root, m.ScanOptions(workspace.Manifest{}))
+			if werr != nil {
+				t.log.Debug("workspace watch unavailable: checkpoints scan the whole tree", "mount", m.Name, logkey.Error, werr)
+				continue
+			}
+			d.watches[i] = w
+		}
+	}
 	start := time.Now()
 	for i, m := range d.mounts {
-		man, st, err := workspace.Restore(ctx, d.tree, m)
+		man, st, err := workspace.Restore(ctx, d.treeOf(i), m)
 		if err != nil {
 			return fmt.Errorf("durable workspace: restore %s: %w", m.Name, err)
 		}
@@ -314,13 +359,16 @@ func (d *durable) checkpoint(ctx context.Context, t *turn) error {
 		return err
 	}
 	for i, m := range d.mounts {
-		man, st, err := workspace.Checkpoint(ctx, d.tree, m, d.bases[i])
+		man, st, err := workspace.Checkpoint(ctx, d.treeOf(i), m, d.bases[i])
 		if err != nil {
 			return fmt.Errorf("durable workspace: checkpoint %s: %w", m.Name, err)
 		}
 		d.bases[i] = man
+		if d.watches[i] != nil && st.Full != "" && st.Full != tree.FirstScan {
+			t.log.Debug("workspace watch fell back to reading the whole tree", "mount", m.Name, logkey.Reason, st.Full, "dirs", st.Dirs)
+		}
 		if st.Wrote {
-			t.log.Debug("workspace checkpoint", "mount", m.Name, "entries", st.Entries, "copied", st.Transferred, "bytes", st.Bytes, "removed", st.Deleted)
+			t.log.Debug("workspace checkpoint", "mount", m.Name, "entries", st.Entries, "dirs", st.Dirs, "copied", st.Transferred, "bytes", st.Bytes, "removed", st.Deleted)
 		}
 	}
 	return nil

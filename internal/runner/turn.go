@@ -737,6 +737,7 @@ func (lv *live) release(ctx context.Context, s *Service, reason string) {
 	if lv.sess != nil {
 		_ = lv.sess.Close(ctx)
 	}
+	lv.durable.close() // durable.go
 	if lv.forward != nil {
 		_ = lv.forward.Kill()
 	}

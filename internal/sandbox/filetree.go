@@ -26,3 +26,16 @@ func AgentDir(info Info) string {
 	}
 	return info.Workdir + "-agent"
 }
+
+// TreeWatcher is a FileTree that can follow a root's changes, so that a
+// checkpoint reads again only the directories that changed (the local
+// provider: inotify on the runner's own disk). Include is not supported.
+type TreeWatcher interface {
+	WatchTree(root string, opt tree.ScanOptions) (TreeWatch, error)
+}
+
+// TreeWatch is one followed root; Close stops following it.
+type TreeWatch interface {
+	Scan(ctx context.Context, opt tree.ScanOptions) (tree.Result, error)
+	Close() error
+}

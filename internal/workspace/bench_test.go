@@ -101,38 +101,60 @@ func BenchmarkRestoreFull(b *testing.B) {
 }
 
 // BenchmarkCheckpointIncremental: one changed file after a checkpoint
-// (target < 100 ms), next to the same checkpoint with nothing changed.
+// (target < 100 ms), next to the same checkpoint with nothing changed;
+// through an inotify watch (how the local provider's sandboxes
+// checkpoint), and with a full scan each time (a remote sandbox, or a
+// watch that fell back).
 func BenchmarkCheckpointIncremental(b *testing.B) {
 	src := benchWorkspace(b)
 	ctx := context.Background()
-	m := workspace.Mount{Name: "bench", Store: newStore(b), Root: src}
-	man, _, err := workspace.Checkpoint(ctx, tree.Local{}, m, workspace.Manifest{})
-	if err != nil {
-		b.Fatal(err)
-	}
 	target := filepath.Join(src, "d042", "f04200.bin")
-	b.Run("unchanged", func(b *testing.B) {
-		for b.Loop() {
-			if man, _, err = workspace.Checkpoint(ctx, tree.Local{}, m, man); err != nil {
+	i := 0
+	for _, mode := range []string{"watched", "full-scan"} {
+		m := workspace.Mount{Name: "bench", Store: newStore(b), Root: src}
+		var tr workspace.Tree = tree.Local{}
+		if mode == "watched" {
+			var n tree.Notifier
+			w, err := n.Watch(src, m.ScanOptions(workspace.Manifest{}))
+			if err != nil {
 				b.Fatal(err)
 			}
+			defer w.Close()
+			tr = workspace.Watched(tr, src, w)
 		}
-	})
-	b.Run("one-changed", func(b *testing.B) {
-		i := 0
-		for b.Loop() {
-			b.StopTimer()
-			i++
-			if err := os.WriteFile(target, fmt.Appendf(nil, "version %d", i), 0o644); err != nil {
-				b.Fatal(err)
-			}
-			b.StartTimer()
-			var st workspace.Stats
-			if man, st, err = workspace.Checkpoint(ctx, tree.Local{}, m, man); err != nil || st.Transferred != 1 {
-				b.Fatalf("checkpoint: %+v, %v", st, err)
-			}
+		man, _, err := workspace.Checkpoint(ctx, tr, m, workspace.Manifest{})
+		if err != nil {
+			b.Fatal(err)
 		}
-	})
+		name := func(s string) string {
+			if mode == "watched" {
+				return s
+			}
+			return mode + "/" + s
+		}
+		b.Run(name("unchanged"), func(b *testing.B) {
+			for b.Loop() {
+				var st workspace.Stats
+				if man, st, err = workspace.Checkpoint(ctx, tr, m, man); err != nil || st.Wrote {
+					b.Fatalf("checkpoint: %+v, %v", st, err)
+				}
+			}
+		})
+		b.Run(name("one-changed"), func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				i++
+				if err := os.WriteFile(target, fmt.Appendf(nil, "version %d", i), 0o644); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				var st workspace.Stats
+				if man, st, err = workspace.Checkpoint(ctx, tr, m, man); err != nil || st.Transferred != 1 {
+					b.Fatalf("checkpoint: %+v, %v", st, err)
+				}
+			}
+		})
+	}
 }
 
 // BenchmarkStatBaseline is the floor under every incremental checkpoint:

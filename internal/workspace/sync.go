@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 
@@ -27,6 +28,31 @@ type Tree interface {
 	// Import applies a tar stream (entries, and deletions marked with
 	// tree.OpRecord).
 	Import(ctx context.Context, root string, r io.Reader) error
+}
+
+// WatchScanner scans one followed root (tree.Watch), reading again only
+// what changed since its previous scan.
+type WatchScanner interface {
+	Scan(ctx context.Context, opt tree.ScanOptions) (tree.Result, error)
+}
+
+// Watched is tr whose scans of root (whole, as a mount without Include
+// scans it) go through w.
+func Watched(tr Tree, root string, w WatchScanner) Tree {
+	return watchedTree{Tree: tr, root: root, w: w}
+}
+
+type watchedTree struct {
+	Tree
+	root string
+	w    WatchScanner
+}
+
+func (t watchedTree) Scan(ctx context.Context, root string, opt tree.ScanOptions) (tree.Result, error) {
+	if root != t.root || len(opt.Include) > 0 {
+		return t.Tree.Scan(ctx, root, opt)
+	}
+	return t.w.Scan(ctx, opt)
 }
 
 // MetaDir is the store's (and the tree's) reserved directory: the
@@ -53,18 +79,22 @@ type Mount struct {
 	Exclude []string
 }
 
-func (m Mount) scanOptions(known Manifest) tree.ScanOptions {
+// ScanOptions are the options of a scan of m's tree that knows the
+// entries of known.
+func (m Mount) ScanOptions(known Manifest) tree.ScanOptions {
 	return tree.ScanOptions{Include: m.Include, Exclude: append([]string{"/" + MetaDir}, m.Exclude...), Known: known.Entries, TrustBefore: known.Time}
 }
 
 // Stats counts what one restore or checkpoint did.
 type Stats struct {
-	Entries     int   // in the tree after it
-	Hashed      int   // files read to hash them
-	Transferred int   // files copied
-	Bytes       int64 // bytes copied
-	Deleted     int   // entries or objects removed
-	Wrote       bool  // the manifest was written
+	Entries     int    // in the tree after it
+	Hashed      int    // files read to hash them
+	Transferred int    // files copied
+	Bytes       int64  // bytes copied
+	Deleted     int    // entries or objects removed
+	Wrote       bool   // the manifest was written
+	Dirs        int    // directories read by the scan
+	Full        string // why a watched scan read the whole tree (tree.Result.Full)
 }
 
 // workers bounds concurrent object transfers of one sync.
@@ -109,10 +139,7 @@ func decodeManifest(ctx context.Context, s Store) (Manifest, error) {
 }
 
 func writeManifest(ctx context.Context, s Store, m Manifest) error {
-	b, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
+	b := appendManifest(make([]byte, 0, 64+150*len(m.Entries)), m)
 	if err := s.Put(ctx, ManifestKey, bytes.NewReader(b), int64(len(b))); err != nil {
 		return StoreError(s.String(), "write manifest", err)
 	}
@@ -129,7 +156,7 @@ func Restore(ctx context.Context, tr Tree, m Mount) (Manifest, Stats, error) {
 	if err != nil || !found {
 		return man, Stats{}, err
 	}
-	have, err := tr.Scan(ctx, m.Root, m.scanOptions(man))
+	have, err := tr.Scan(ctx, m.Root, m.ScanOptions(man))
 	if err != nil {
 		return Manifest{}, Stats{}, fmt.Errorf("restore %s: %w", m.Name, err)
 	}
@@ -318,31 +345,46 @@ func getAll(ctx context.Context, s Store, key string) ([]byte, error) {
 // manifest the tree last matched) to the store: changed files, deleted
 // objects, then the new manifest. It returns that manifest.
 func Checkpoint(ctx context.Context, tr Tree, m Mount, prev Manifest) (Manifest, Stats, error) {
-	cur, err := tr.Scan(ctx, m.Root, m.scanOptions(prev))
+	res, err := tr.Scan(ctx, m.Root, m.ScanOptions(prev))
 	if err != nil {
 		return Manifest{}, Stats{}, fmt.Errorf("checkpoint %s: %w", m.Name, err)
 	}
-	st := Stats{Hashed: cur.Hashed}
-	old := index(prev.Entries)
-	var changed []string
-	for _, e := range cur.Entries {
-		if e.Kind != tree.File {
-			continue
-		}
-		if o, ok := old[e.Path]; !ok || o.Kind != tree.File || o.Hash != e.Hash || o.Size != e.Size {
-			changed = append(changed, e.Path)
+	st := Stats{Hashed: res.Hashed, Dirs: res.Dirs, Full: res.Full}
+	cur, old := sortedEntries(res.Entries), sortedEntries(prev.Entries)
+	// Both lists are sorted by path: one pass finds the files that
+	// changed and the earlier files that are no longer files.
+	var changed, missing []string
+	for i, j := 0, 0; i < len(old) || j < len(cur); {
+		switch {
+		case j == len(cur) || i < len(old) && old[i].Path < cur[j].Path:
+			if old[i].Kind == tree.File {
+				missing = append(missing, old[i].Path)
+			}
+			i++
+		case i == len(old) || cur[j].Path < old[i].Path:
+			if cur[j].Kind == tree.File {
+				changed = append(changed, cur[j].Path)
+			}
+			j++
+		default:
+			o, e := old[i], cur[j]
+			if e.Kind == tree.File && (o.Kind != tree.File || o.Hash != e.Hash || o.Size != e.Size) {
+				changed = append(changed, e.Path)
+			}
+			if o.Kind == tree.File && e.Kind != tree.File {
+				missing = append(missing, o.Path)
+			}
+			i, j = i+1, j+1
 		}
 	}
 	// An object whose path is now a directory (or under what is now a
 	// file) goes first: a store on a filesystem cannot hold both.
-	curIdx := index(cur.Entries)
-	var early []string
-	for _, o := range prev.Entries {
-		if o.Kind == tree.File && conflicts(o.Path, curIdx) {
-			early = append(early, o.Path)
+	var gone []string
+	for _, p := range missing {
+		if !conflicts(p, cur) {
+			gone = append(gone, p)
+			continue
 		}
-	}
-	for _, p := range early {
 		if err := m.Store.Delete(ctx, p); err != nil {
 			return Manifest{}, st, StoreError(m.Store.String(), "delete "+p, err)
 		}
@@ -354,32 +396,24 @@ func Checkpoint(ctx context.Context, tr Tree, m Mount, prev Manifest) (Manifest,
 			return Manifest{}, st, err
 		}
 	}
-	next := Manifest{Version: 1, Time: cur.Time, Entries: make([]tree.Entry, 0, len(cur.Entries))}
-	isChanged := make(map[string]bool, len(changed))
-	for _, p := range changed {
-		isChanged[p] = true
-	}
-	for _, e := range cur.Entries {
-		if isChanged[e.Path] {
+	next := Manifest{Version: 1, Time: res.Time, Entries: make([]tree.Entry, 0, len(cur))}
+	k := 0
+	for _, e := range cur {
+		if k < len(changed) && changed[k] == e.Path {
+			k++
 			u, ok := uploaded[e.Path]
 			if !ok {
-				continue // gone before it was read
+				// Gone before it was read: its earlier object goes too.
+				if o, found := lookup(old, e.Path); found && o.Kind == tree.File && !conflicts(e.Path, cur) {
+					gone = append(gone, e.Path)
+				}
+				continue
 			}
 			e = u
 		}
 		next.Entries = append(next.Entries, e)
 	}
 	st.Transferred, st.Entries = len(uploaded), len(next.Entries)
-	nextIdx := index(next.Entries)
-	var gone []string
-	for _, o := range prev.Entries {
-		if o.Kind != tree.File {
-			continue
-		}
-		if n, ok := nextIdx[o.Path]; (!ok || n.Kind != tree.File) && !conflicts(o.Path, curIdx) {
-			gone = append(gone, o.Path)
-		}
-	}
 	if !manifestChanged(prev, next) {
 		return prev, st, nil
 	}
@@ -398,15 +432,41 @@ func Checkpoint(ctx context.Context, tr Tree, m Mount, prev Manifest) (Manifest,
 	return next, st, nil
 }
 
+// sortedEntries returns es sorted by path with one entry per path (a
+// scan's and a manifest's already are; a sandbox's answer is not
+// trusted to be).
+func sortedEntries(es []tree.Entry) []tree.Entry {
+	if slices.IsSortedFunc(es, func(a, b tree.Entry) int {
+		if c := strings.Compare(a.Path, b.Path); c != 0 {
+			return c
+		}
+		return -1 // a duplicate is out of order
+	}) {
+		return es
+	}
+	es = slices.Clone(es)
+	slices.SortStableFunc(es, func(a, b tree.Entry) int { return strings.Compare(a.Path, b.Path) })
+	return slices.CompactFunc(es, func(a, b tree.Entry) bool { return a.Path == b.Path })
+}
+
+// lookup finds p in entries sorted by path.
+func lookup(es []tree.Entry, p string) (tree.Entry, bool) {
+	i, ok := slices.BinarySearchFunc(es, p, func(e tree.Entry, p string) int { return strings.Compare(e.Path, p) })
+	if !ok {
+		return tree.Entry{}, false
+	}
+	return es[i], true
+}
+
 // conflicts reports whether the file path p of an earlier tree clashes
-// with the current one: p is now a directory or symlink, or one of its
-// parents is no longer a directory.
-func conflicts(p string, cur map[string]tree.Entry) bool {
-	if e, ok := cur[p]; ok && e.Kind != tree.File {
+// with the current one (sorted by path): p is now a directory or symlink,
+// or one of its parents is no longer a directory.
+func conflicts(p string, cur []tree.Entry) bool {
+	if e, ok := lookup(cur, p); ok && e.Kind != tree.File {
 		return true
 	}
 	for d := path.Dir(p); d != "."; d = path.Dir(d) {
-		if e, ok := cur[d]; ok && e.Kind != tree.Dir {
+		if e, ok := lookup(cur, d); ok && e.Kind != tree.Dir {
 			return true
 		}
 	}
@@ -414,15 +474,7 @@ func conflicts(p string, cur map[string]tree.Entry) bool {
 }
 
 func manifestChanged(a, b Manifest) bool {
-	if len(a.Entries) != len(b.Entries) {
-		return true
-	}
-	for i := range a.Entries {
-		if a.Entries[i] != b.Entries[i] {
-			return true
-		}
-	}
-	return false
+	return !slices.Equal(a.Entries, b.Entries)
 }
 
 // upload exports the changed files from the tree and puts each in the

@@ -9,7 +9,10 @@ import (
 	"github.com/agentrunner/runner/internal/workspace/tree"
 )
 
-var _ sandbox.FileTree = (*Sandbox)(nil)
+var (
+	_ sandbox.FileTree    = (*Sandbox)(nil)
+	_ sandbox.TreeWatcher = (*Sandbox)(nil)
+)
 
 func (s *Sandbox) treeRoot(root string) error {
 	for _, d := range []string{s.info.Workdir, sandbox.AgentDir(s.info), s.info.Home} {
@@ -50,4 +53,13 @@ func (s *Sandbox) Import(ctx context.Context, root string, r io.Reader) error {
 		return err
 	}
 	return s.local().Import(ctx, root, r)
+}
+
+// WatchTree implements sandbox.TreeWatcher: the provider's one inotify
+// instance follows the tree.
+func (s *Sandbox) WatchTree(root string, opt tree.ScanOptions) (sandbox.TreeWatch, error) {
+	if err := s.treeRoot(root); err != nil {
+		return nil, err
+	}
+	return s.p.notifier.Watch(root, opt)
 }

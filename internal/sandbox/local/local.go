@@ -18,6 +18,7 @@ import (
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/sandbox"
+	"github.com/agentrunner/runner/internal/workspace/tree"
 )
 
 // Isolation values for Config.Isolation.
@@ -99,6 +100,8 @@ type Provider struct {
 	// when it cannot work here, and then netErr says why.
 	net    *netstack
 	netErr error
+	// notifier follows the durable trees of its sandboxes (WatchTree).
+	notifier tree.Notifier
 }
 
 var (

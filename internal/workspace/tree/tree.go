@@ -9,16 +9,10 @@ package tree
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"path"
-	"path/filepath"
-	"sort"
 	"strings"
-	"time"
 )
 
 // Kinds of entries.
@@ -67,7 +61,12 @@ type ScanOptions struct {
 type Result struct {
 	Entries []Entry `json:"entries"`
 	Time    int64   `json:"time"`
-	Hashed  int     `json:"hashed"` // files read to hash them
+	Hashed  int     `json:"hashed"`         // files read to hash them
+	Dirs    int     `json:"dirs,omitempty"` // directories read
+	// Full says why a watched scan (Watch.Scan) read every directory
+	// rather than only those its events named; empty when it did not, and
+	// for a plain Scan.
+	Full string `json:"full,omitempty"`
 }
 
 // Excluded reports whether rel (slash path) is excluded by patterns.
@@ -87,95 +86,6 @@ func Excluded(rel string, patterns []string) bool {
 	return false
 }
 
-// Scan lists root. A missing root is an empty tree. Sockets, devices and
-// pipes are skipped.
-func Scan(root string, opt ScanOptions) (Result, error) {
-	res := Result{Time: time.Now().UnixNano()}
-	known := make(map[string]Entry, len(opt.Known))
-	for _, e := range opt.Known {
-		known[e.Path] = e
-	}
-	starts := []string{""}
-	if len(opt.Include) > 0 {
-		starts = starts[:0]
-		for _, inc := range opt.Include {
-			clean, err := Clean(inc)
-			if err != nil {
-				return Result{}, err
-			}
-			starts = append(starts, clean)
-		}
-	}
-	seen := make(map[string]bool)
-	for _, start := range starts {
-		err := filepath.WalkDir(filepath.Join(root, filepath.FromSlash(start)), func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				if errors.Is(err, fs.ErrNotExist) {
-					return nil
-				}
-				return err
-			}
-			rel, err := filepath.Rel(root, p)
-			if err != nil {
-				return err
-			}
-			rel = filepath.ToSlash(rel)
-			if rel == "." {
-				return nil
-			}
-			if Excluded(rel, opt.Exclude) || seen[rel] {
-				if d.IsDir() {
-					return filepath.SkipDir
-				}
-				return nil
-			}
-			seen[rel] = true
-			info, err := d.Info()
-			if err != nil {
-				if errors.Is(err, fs.ErrNotExist) {
-					return nil // removed while scanning
-				}
-				return err
-			}
-			e := Entry{Path: rel, Mode: uint32(info.Mode().Perm()) | specialBits(info.Mode())}
-			switch {
-			case info.Mode().IsRegular():
-				e.Kind, e.Size, e.MTime = File, info.Size(), info.ModTime().UnixNano()
-				if k, ok := known[rel]; ok && k.Kind == File && k.Size == e.Size && k.MTime == e.MTime && k.Hash != "" && e.MTime < opt.TrustBefore {
-					e.Hash = k.Hash
-				} else {
-					h, n, err := hashFile(p)
-					if errors.Is(err, fs.ErrNotExist) {
-						return nil
-					}
-					if err != nil {
-						return err
-					}
-					e.Hash, e.Size = h, n
-					res.Hashed++
-				}
-			case info.IsDir():
-				e.Kind = Dir
-			case info.Mode()&fs.ModeSymlink != 0:
-				t, err := os.Readlink(p)
-				if err != nil {
-					return err
-				}
-				e.Kind, e.Target, e.Mode = Symlink, t, 0o777
-			default:
-				return nil
-			}
-			res.Entries = append(res.Entries, e)
-			return nil
-		})
-		if err != nil {
-			return Result{}, fmt.Errorf("scan %s: %w", root, err)
-		}
-	}
-	sort.Slice(res.Entries, func(i, j int) bool { return res.Entries[i].Path < res.Entries[j].Path })
-	return res, nil
-}
-
 func specialBits(m fs.FileMode) uint32 {
 	var b uint32
 	if m&fs.ModeSetuid != 0 {
@@ -188,20 +98,6 @@ func specialBits(m fs.FileMode) uint32 {
 		b |= 0o1000
 	}
 	return b
-}
-
-func hashFile(p string) (string, int64, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", 0, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", 0, err
-	}
-	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
 
 // HashBytes is the hash Scan records for content b.
