@@ -178,3 +178,19 @@ func BenchmarkStatBaseline(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkScanParallel is the scan a watcher-less checkpoint makes, every
+// hash known: to hold against BenchmarkStatBaseline.
+func BenchmarkScanParallel(b *testing.B) {
+	src := benchWorkspace(b)
+	known, err := tree.Scan(src, tree.ScanOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		res, err := tree.Scan(src, tree.ScanOptions{Known: known.Entries, TrustBefore: known.Time + 1e15})
+		if err != nil || res.Hashed != 0 || len(res.Entries) < benchFiles {
+			b.Fatal(res.Hashed, len(res.Entries), err)
+		}
+	}
+}
