@@ -269,6 +269,7 @@ func BenchmarkOutsideWarmTurn(b *testing.B) {
 		}
 	}
 	var turns, directs, healths []time.Duration
+	cpu0 := processCPU(b, s.cmd.Process.Pid)
 	stopProfile := prof.start(b)
 	i := 0
 	for b.Loop() {
@@ -288,6 +289,10 @@ func BenchmarkOutsideWarmTurn(b *testing.B) {
 		}
 	}
 	stopProfile()
+	// CPU the serve process spent per iteration (a turn and a /health):
+	// what the runner costs, whatever the machine's load does to the
+	// latencies.
+	b.ReportMetric(millis(processCPU(b, s.cmd.Process.Pid)-cpu0)/float64(len(turns)), "serve-cpu-ms/turn")
 	for _, ds := range [][]time.Duration{turns, directs, healths} {
 		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
 	}
@@ -300,6 +305,24 @@ func BenchmarkOutsideWarmTurn(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(sess.messages)), "history-msgs")
 	b.Logf("isolation %s; %d turns; machine: %s", iso, len(turns), loadAverage())
+}
+
+// processCPU is the user and system CPU time pid has used (/proc/pid/stat,
+// in clock ticks of 10 ms: the benchmark's hundreds of turns make it
+// fine enough).
+func processCPU(b *testing.B, pid int) time.Duration {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The fields after the command name, which is in parentheses.
+	f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
+	if len(f) < 13 {
+		b.Fatalf("/proc/%d/stat: %q", pid, raw)
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
 // loadAverage is /proc/loadavg's first three fields.

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"runtime"
 
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/store"
@@ -18,7 +17,7 @@ const maxGroup = 256
 // insertChunk is the most events one INSERT statement carries.
 const insertChunk = 8
 
-// appendReq is one AppendEvents call waiting for the appender.
+// appendReq is one AppendEvents call waiting for its commit.
 type appendReq struct {
 	ctx     context.Context
 	session string
@@ -38,9 +37,9 @@ type appendReq struct {
 	endErr error
 }
 
-// AppendEvents implements store.Events. Calls are committed by one
-// goroutine (appender), which puts the calls that arrive while it commits
-// into its next transaction, so concurrent appenders share the cost of a
+// AppendEvents implements store.Events. Calls are committed one group at
+// a time (appendAndWait): the calls that arrive while one commits go into
+// the next transaction, so concurrent appenders share the cost of a
 // commit. The sequence numbers come from the session row, bumped in the
 // transaction that inserts the events, so they are gapless.
 func (s *Store) AppendEvents(ctx context.Context, sessionID string, evs []store.Event) (int64, error) {
@@ -51,8 +50,8 @@ func (s *Store) AppendEvents(ctx context.Context, sessionID string, evs []store.
 	return req.last, s.appendAndWait(req)
 }
 
-// EndTurnWithEvents implements store.TurnWriter: the request goes through
-// the appender like AppendEvents, so it shares its commit with the
+// EndTurnWithEvents implements store.TurnWriter: the request is queued
+// like AppendEvents, so it shares its commit with the
 // appends of other sessions.
 func (s *Store) EndTurnWithEvents(ctx context.Context, t store.Turn, evs []store.Event) (store.Turn, int64, error) {
 	if err := t.ValidateEnd(); err != nil {
@@ -72,7 +71,7 @@ func (s *Store) EndTurnWithEvents(ctx context.Context, t store.Turn, evs []store
 	return req.ended, req.last, nil
 }
 
-// BeginTurnWithEvents implements store.TurnWriter, through the appender.
+// BeginTurnWithEvents implements store.TurnWriter, queued like AppendEvents.
 func (s *Store) BeginTurnWithEvents(ctx context.Context, t store.Turn, evs []store.Event) (int64, error) {
 	if err := t.ValidateBegin(); err != nil {
 		return 0, err
@@ -88,7 +87,7 @@ func (s *Store) BeginTurnWithEvents(ctx context.Context, t store.Turn, evs []sto
 	return req.last, nil
 }
 
-// WriteTurnWithEvents implements store.TurnWriter, through the appender:
+// WriteTurnWithEvents implements store.TurnWriter, queued like AppendEvents:
 // a short turn costs one commit.
 func (s *Store) WriteTurnWithEvents(ctx context.Context, begin store.Turn, evs []store.Event, end store.Turn) (store.Turn, int64, error) {
 	if err := begin.ValidateBegin(); err != nil {
@@ -123,49 +122,74 @@ func newAppendReq(ctx context.Context, sessionID string, evs []store.Event) (*ap
 	return req, nil
 }
 
-// appendAndWait hands req to the appender and waits for its commit.
+// appendAndWait queues req and waits for its commit. Whoever finds no
+// commit running commits the queue itself, so an uncontended append
+// costs no hand-off to another goroutine; the appends that arrive while
+// one commits share the next transaction (group commit). A committer
+// stops once its own request is done, leaving what is still queued to a
+// goroutine of its own, so nobody commits for others without end.
 func (s *Store) appendAndWait(req *appendReq) error {
 	ctx, sessionID := req.ctx, req.session
-	select {
-	case s.appends <- req:
-	case <-ctx.Done():
-		return fmt.Errorf("append events %s: %w", sessionID, ctx.Err())
-	case <-s.closed:
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("append events %s: %w", sessionID, err)
+	}
+	s.appendMu.Lock()
+	if s.appendClosed {
+		s.appendMu.Unlock()
 		return fmt.Errorf("append events %s: store closed: %w", sessionID, errdefs.ErrUnavailable)
 	}
-	<-req.done // once taken, a request is committed or failed, whatever ctx does
+	s.queue = append(s.queue, req)
+	commit := !s.committing
+	if commit {
+		s.committing = true
+		s.committers.Add(1)
+	}
+	s.appendMu.Unlock()
+	if commit {
+		s.commitQueue(req)
+	}
+	<-req.done // once queued, a request is committed or failed, whatever ctx does
 	if req.err != nil {
 		return fmt.Errorf("append events %s: %w", sessionID, req.err)
 	}
 	return nil
 }
 
-// appender commits AppendEvents calls until the store closes.
-func (s *Store) appender() {
-	defer close(s.appenderDone)
+// commitQueue commits the queue in groups until own is done (nil: until
+// it is empty), then hands what remains to a goroutine of its own. The
+// caller holds the committer role (s.committing, one s.committers count).
+func (s *Store) commitQueue(own *appendReq) {
 	for {
-		var group []*appendReq
-		select {
-		case req := <-s.appends:
-			group = append(group, req)
-		case <-s.closed:
+		s.appendMu.Lock()
+		if len(s.queue) == 0 {
+			s.committing = false
+			s.appendMu.Unlock()
+			s.committers.Done()
 			return
 		}
-		// Let the callers that the last commit woke up queue behind this one.
-		runtime.Gosched()
-	more:
-		for len(group) < maxGroup {
-			select {
-			case req := <-s.appends:
-				group = append(group, req)
-			default:
-				break more
-			}
+		if own != nil && isDone(own) {
+			s.appendMu.Unlock()
+			go s.commitQueue(nil) // keeps the role and its count
+			return
 		}
+		n := min(len(s.queue), maxGroup)
+		group := make([]*appendReq, n)
+		copy(group, s.queue)
+		s.queue = append(s.queue[:0], s.queue[n:]...)
+		s.appendMu.Unlock()
 		s.commitGroup(group)
 		for _, req := range group {
 			close(req.done)
 		}
+	}
+}
+
+func isDone(req *appendReq) bool {
+	select {
+	case <-req.done:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -41,10 +41,14 @@ type Store struct {
 		savepoint, release, rollbackTo    *sql.Stmt
 	}
 
-	appends      chan *appendReq // AppendEvents calls, to the appender
-	appenderDone chan struct{}   // closed when the appender has returned
-	ckDone       chan struct{}   // closed when the checkpointer has returned
-	closed       chan struct{}   // closed by Close
+	// appendMu guards the queue of AppendEvents calls and who commits it.
+	appendMu     sync.Mutex
+	queue        []*appendReq
+	committing   bool           // a caller (or its heir) commits the queue
+	appendClosed bool           // Close began: no more appends
+	committers   sync.WaitGroup // the committer running now, if any
+	ckDone       chan struct{}  // closed when the checkpointer has returned
+	closed       chan struct{}  // closed by Close
 	closeOnce    sync.Once
 }
 
@@ -139,11 +143,8 @@ func open(ctx context.Context, path string) (_ *Store, err error) {
 		return nil, err
 	}
 	s.ck.SetMaxOpenConns(1)
-	s.appends = make(chan *appendReq)
 	s.closed = make(chan struct{})
-	s.appenderDone = make(chan struct{})
 	s.ckDone = make(chan struct{})
-	go s.appender()
 	go s.checkpointer(checkpointEvery)
 	return s, nil
 }
@@ -187,8 +188,11 @@ func dsn(path string, pragmas []string, extra ...string) string {
 // made after Close fail.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.appendMu.Lock()
+		s.appendClosed = true
+		s.appendMu.Unlock()
+		s.committers.Wait() // what was queued is committed
 		close(s.closed)
-		<-s.appenderDone
 		<-s.ckDone
 	})
 	return s.closeDBs()
