@@ -223,7 +223,7 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 		Tools:           tc,
 		Configure:       harnessConfigurer(cfg, environ),
 		Binds:           append(harnessBinds(cfg, log), overrideBindsChecked(cfg)...),
-		Observers:       observers(cfg, replica, log),
+		Observers:       observers(cfg, replica, log, obs),
 		Workdir:         cfg.Workdir,
 		Metrics:         obs,
 		Logger:          log,

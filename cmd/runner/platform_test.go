@@ -7,8 +7,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
-	"time"
 
 	"github.com/agentrunner/runner/internal/platform/platformtest"
 	"github.com/agentrunner/runner/internal/wire"
@@ -21,6 +21,21 @@ const platformCred = "Secret run-credential-0001"
 // returns a client that calls it as Agenta's Python client does.
 func platformRunner(t *testing.T, f *platformtest.Fake, extra ...string) (*platformtest.Client, string) {
 	t.Helper()
+	r := startPlatformRunner(t, extra...)
+	return r.client, r.base
+}
+
+// platformServe is one `runner serve` of a test.
+type platformServe struct {
+	client *platformtest.Client
+	base   string
+	// stop shuts the runner down and waits for it (its platform mirror
+	// delivers what it queued); the test's cleanup also calls it.
+	stop func()
+}
+
+func startPlatformRunner(t *testing.T, extra ...string) *platformServe {
+	t.Helper()
 	port := freePort(t)
 	env := testEnv(t, append([]string{"AGENTA_RUNNER_TOKEN=" + testToken, "AGENTA_RUNNER_PORT=" + strconv.Itoa(port),
 		"AGENTA_RUNNER_PLATFORM_HEARTBEAT_MS=50"}, extra...)...)
@@ -28,20 +43,22 @@ func platformRunner(t *testing.T, f *platformtest.Fake, extra ...string) (*platf
 	var stderr syncBuffer
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, []string{"serve"}, env, nil, io.Discard, &stderr) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			platformtest.WaitFor(t, "serve to stop", done)
+		})
+	}
 	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			t.Error("serve did not stop")
-		}
+		stop()
 		if t.Failed() {
-			t.Logf("runner log:\n%s", stderr.String())
+			t.Logf("runner log (%s):\n%s", env[len(env)-1], stderr.String())
 		}
 	})
 	base := "http://127.0.0.1:" + strconv.Itoa(port)
 	waitHealthy(t, base)
-	return &platformtest.Client{URL: base, Token: testToken}, base
+	return &platformServe{client: &platformtest.Client{URL: base, Token: testToken}, base: base, stop: stop}
 }
 
 // agentaRequest is a run as Agenta's services send it: no projectId, the
@@ -80,7 +97,8 @@ func hasRecord(f *platformtest.Fake, session, typ string) func() bool {
 // request's OTLP endpoint), the turn is in the platform's ledger.
 func TestPlatformRecords(t *testing.T) {
 	f := platformtest.New(t, platformCred)
-	c, _ := platformRunner(t, f)
+	r := startPlatformRunner(t)
+	c := r.client
 	prompt := "think plan\nsay hi there\ntool Read {\"path\":\"x\"} => data\nusage 10 5"
 	out, err := c.Run(t.Context(), agentaRequest(f, "rec1", prompt, map[string]any{"permissions": map[string]any{"default": "allow"}}))
 	if err != nil {
@@ -101,7 +119,7 @@ func TestPlatformRecords(t *testing.T) {
 			}
 		}
 	}()
-	f.Wait(t, 10*time.Second, "the done record", hasRecord(f, "rec1", "done"))
+	f.Wait(t, "the done record", hasRecord(f, "rec1", "done"))
 	type row struct {
 		Index          int
 		Source, Type   string
@@ -130,7 +148,7 @@ func TestPlatformRecords(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("records (-want +got):\n%s", diff)
 	}
-	f.Wait(t, 5*time.Second, "three heartbeats", func() bool { return len(f.CallsTo("/sessions/streams/heartbeat")) >= 3 })
+	f.Wait(t, "three heartbeats", func() bool { return len(f.CallsTo("/sessions/streams/heartbeat")) >= 3 })
 	beats := f.CallsTo("/sessions/streams/heartbeat")
 	var first, last struct {
 		SessionID  string `json:"session_id"`
@@ -147,12 +165,12 @@ func TestPlatformRecords(t *testing.T) {
 		t.Errorf("the first beat is not an owner claim (no turn_id): %s", beats[0].Body)
 	}
 	_ = json.Unmarshal(beats[1].Body, &first)
-	f.Wait(t, 5*time.Second, "the releasing heartbeat", func() bool {
+	f.Wait(t, "the releasing heartbeat", func() bool {
 		b := f.CallsTo("/sessions/streams/heartbeat")
 		_ = json.Unmarshal(b[len(b)-1].Body, &last)
 		return !last.IsRunning
 	})
-	time.Sleep(120 * time.Millisecond) // two heartbeat periods: no running beat may follow the release
+	r.stop() // delivers everything the mirror queued: no running beat may follow the release
 	if b := f.CallsTo("/sessions/streams/heartbeat"); strings.Contains(string(b[len(b)-1].Body), `"is_running":true`) {
 		t.Errorf("a running heartbeat followed the release: %s", b[len(b)-1].Body)
 	}
@@ -164,7 +182,7 @@ func TestPlatformRecords(t *testing.T) {
 			t.Errorf("%s %s authenticated as %q, want the run credential verbatim", call.Method, call.Path, call.Authorization)
 		}
 	}
-	f.Wait(t, 5*time.Second, "turns/complete", func() bool { return len(f.Completed("rec1")) == 1 })
+	f.Wait(t, "turns/complete", func() bool { return len(f.Completed("rec1")) == 1 })
 	if n := len(f.CallsTo("/sessions/turns/")); n != 1 {
 		t.Errorf("turns ledger starts: %d", n)
 	}
@@ -182,20 +200,16 @@ func TestPlatformStopCancelsTurn(t *testing.T) {
 		res <- out
 		errc <- err
 	}()
-	f.Wait(t, 10*time.Second, "a running heartbeat", func() bool {
+	f.Wait(t, "a running heartbeat", func() bool {
 		return len(f.CallsTo("/sessions/streams/heartbeat")) > 0 && hasRecord(f, "stop1", "message")() == false
 	})
 	f.Stop("stop1")
-	select {
-	case out := <-res:
-		if err := <-errc; err != nil {
-			t.Fatalf("stopped turn: %v", err)
-		}
-		if out.Result.StopReason != "cancelled" {
-			t.Errorf("stopReason %q, want cancelled", out.Result.StopReason)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("the turn did not stop after Stop")
+	out := platformtest.WaitFor(t, "the turn to stop after Stop", res)
+	if err := <-errc; err != nil {
+		t.Fatalf("stopped turn: %v", err)
+	}
+	if out.Result.StopReason != "cancelled" {
+		t.Errorf("stopReason %q, want cancelled", out.Result.StopReason)
 	}
 }
 
@@ -217,8 +231,8 @@ func TestPlatformApprovalAnsweredOnPlatform(t *testing.T) {
 			token = ev.ID
 		}
 	}
-	f.Wait(t, 5*time.Second, "the interaction row", func() bool { return len(f.Interactions("appr1")) == 1 })
-	f.Wait(t, 5*time.Second, "the paused turn's records", hasRecord(f, "appr1", "done"))
+	f.Wait(t, "the interaction row", func() bool { return len(f.Interactions("appr1")) == 1 })
+	f.Wait(t, "the paused turn's records", hasRecord(f, "appr1", "done"))
 	row := f.Interactions("appr1")[0]
 	if row.Token != token || row.Kind != "user_approval" || row.Status != "pending" || !strings.Contains(string(row.Data), `"tool":"deploy"`) {
 		t.Fatalf("interaction row %+v (token %s)", row, token)
@@ -235,7 +249,7 @@ func TestPlatformApprovalAnsweredOnPlatform(t *testing.T) {
 	if err != nil || out.Result.StopReason == "paused" {
 		t.Fatalf("resume: %v %+v", err, out.Result)
 	}
-	f.Wait(t, 5*time.Second, "the resume's cancel-stale", func() bool { return len(f.CallsTo("/sessions/interactions/cancel-stale")) == 2 })
+	f.Wait(t, "the resume's cancel-stale", func() bool { return len(f.CallsTo("/sessions/interactions/cancel-stale")) == 2 })
 	stale := f.CallsTo("/sessions/interactions/cancel-stale")
 	if len(stale) != 2 || !strings.Contains(string(stale[1].Body), `"tokens":["`+token+`"]`) {
 		t.Errorf("the resume's cancel-stale does not spare the answered row: %d calls, last %s", len(stale), stale[len(stale)-1].Body)
@@ -243,7 +257,7 @@ func TestPlatformApprovalAnsweredOnPlatform(t *testing.T) {
 	if !strings.Contains(out.Result.Output, "selected:yes-once") {
 		t.Errorf("the harness was not given the approval: %q", out.Result.Output)
 	}
-	f.Wait(t, 5*time.Second, "the row resolved", func() bool {
+	f.Wait(t, "the row resolved", func() bool {
 		r := f.Interactions("appr1")[0]
 		return r.Status == "resolved" && strings.Contains(string(r.Resolution), `"verdict":"approved"`)
 	})
@@ -259,7 +273,7 @@ func TestPlatformDown(t *testing.T) {
 	if err != nil || out.Result.Output != "still works" {
 		t.Fatalf("turn with the platform down: %v %+v", err, out.Result)
 	}
-	f.Wait(t, 5*time.Second, "a retried call", func() bool {
+	f.Wait(t, "a retried call", func() bool {
 		n := 0
 		for _, call := range f.CallsTo("/sessions/streams/heartbeat") {
 			if call.Status == 503 {
@@ -269,7 +283,7 @@ func TestPlatformDown(t *testing.T) {
 		return n >= 2
 	})
 	f.SetDown(false)
-	f.Wait(t, 20*time.Second, "every record after the outage", hasRecord(f, "down1", "done"))
+	f.Wait(t, "every record after the outage", hasRecord(f, "down1", "done"))
 	var types []string
 	for _, r := range f.Records("down1") {
 		types = append(types, r.RecordType)
@@ -277,7 +291,7 @@ func TestPlatformDown(t *testing.T) {
 	if diff := cmp.Diff([]string{"message", "message", "done"}, types); diff != "" {
 		t.Errorf("records after the outage (-want +got):\n%s", diff)
 	}
-	f.Wait(t, 10*time.Second, "turns/complete after the outage", func() bool { return len(f.Completed("down1")) == 1 })
+	f.Wait(t, "turns/complete after the outage", func() bool { return len(f.Completed("down1")) == 1 })
 }
 
 // TestPlatformCredentialRefresh: the run credential is refreshed with
@@ -291,7 +305,7 @@ func TestPlatformCredentialRefresh(t *testing.T) {
 		_, err := c.Run(t.Context(), agentaRequest(f, "cred1", "sleep 1h", nil))
 		done <- err
 	}()
-	f.Wait(t, 10*time.Second, "a refresh", func() bool {
+	f.Wait(t, "a refresh", func() bool {
 		for _, call := range f.CallsTo("/access/permissions/check") {
 			if call.Status == 200 && call.Authorization == platformCred {
 				return true
@@ -300,7 +314,7 @@ func TestPlatformCredentialRefresh(t *testing.T) {
 		return false
 	})
 	f.Expire(platformCred)
-	f.Wait(t, 10*time.Second, "a heartbeat with the refreshed credential", func() bool {
+	f.Wait(t, "a heartbeat with the refreshed credential", func() bool {
 		for _, call := range f.CallsTo("/sessions/streams/heartbeat") {
 			if call.Status == 200 && strings.HasPrefix(call.Authorization, "Secret refreshed-") {
 				return true
@@ -315,7 +329,7 @@ func TestPlatformCredentialRefresh(t *testing.T) {
 		t.Fatalf("kill by the session's platform project: %d %s", resp.StatusCode, body)
 	}
 	<-done
-	f.Wait(t, 10*time.Second, "the records of the killed turn", hasRecord(f, "cred1", "done"))
+	f.Wait(t, "the records of the killed turn", hasRecord(f, "cred1", "done"))
 }
 
 // TestPlatformAttachment: an attachment block's bytes come from the
@@ -347,7 +361,7 @@ func TestPlatformAttachment(t *testing.T) {
 	if diff := cmp.Diff([]string{"att-1:native", "att-2:workspace_only"}, outcomes); diff != "" {
 		t.Errorf("attachment_delivery (-want +got):\n%s", diff)
 	}
-	f.Wait(t, 5*time.Second, "attachments claimed", func() bool { return len(f.CallsTo("/sessions/attachments/reference")) == 1 })
+	f.Wait(t, "attachments claimed", func() bool { return len(f.CallsTo("/sessions/attachments/reference")) == 1 })
 }
 
 // TestPlatformRefusalInStream: a refusal reaches Agenta's client as the
@@ -385,7 +399,7 @@ func TestPlatformClientTool(t *testing.T) {
 	if req == nil || req.Kind != "client_tool" || !strings.Contains(string(req.Payload), `"connect"`) {
 		t.Fatalf("interaction_request %+v", req)
 	}
-	f.Wait(t, 5*time.Second, "the client_tool interaction row", func() bool {
+	f.Wait(t, "the client_tool interaction row", func() bool {
 		rows := f.Interactions("ct1")
 		return len(rows) == 1 && rows[0].Kind == "client_tool" && rows[0].Token == req.ID
 	})
@@ -424,7 +438,7 @@ func TestPlatformTraces(t *testing.T) {
 	if out.Result.TraceID != traceID {
 		t.Errorf("result traceId %q, want the caller's %s", out.Result.TraceID, traceID)
 	}
-	f.Wait(t, 10*time.Second, "the exported trace", func() bool { return len(f.Spans()) >= 3 })
+	f.Wait(t, "the exported trace", func() bool { return len(f.Spans()) >= 3 })
 	byName := map[string]platformtest.Span{}
 	for _, s := range f.Spans() {
 		byName[strings.Fields(s.Name)[0]] = s

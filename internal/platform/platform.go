@@ -176,4 +176,7 @@ type Stats struct {
 	Sent    int64 // calls the platform accepted
 	Retried int64 // attempts that failed and were retried
 	Dropped int64 // calls given up (queue full, or refused by the platform)
+	// Unanswered counts the owner claims a cold turn awaited that the
+	// platform failed or did not answer in time (the turn went on).
+	Unanswered int64
 }

@@ -284,6 +284,14 @@ func (p *Pool) TTL(awaiting bool) time.Duration {
 	return p.cfg.IdleTTL
 }
 
+// Has reports whether an entry is parked under key.
+func (p *Pool) Has(key string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.entries[key]
+	return ok
+}
+
 // Len is the number of parked entries.
 func (p *Pool) Len() int {
 	p.mu.Lock()

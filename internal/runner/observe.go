@@ -41,6 +41,9 @@ type TurnBegin struct {
 	// LearnProject records the project the platform says the session
 	// belongs to, so /kill finds a turn whose request named none.
 	LearnProject func(projectID string)
+	// OwnerClaimed is set when the turn already claimed the session on
+	// the platform before it started (OwnerClaimer).
+	OwnerClaimed bool
 }
 
 // TurnObserver follows one turn.
@@ -99,8 +102,8 @@ func (t *turn) observe(ctx context.Context) {
 		Request: p.req, SessionID: p.req.SessionID, TurnID: p.req.TurnID, TurnIndex: t.index,
 		Harness: p.harness.spec.Name, Provider: p.provider,
 		Fresh: p.req.Messages[len(p.req.Messages)-1].Role == "user" && len(p.approvals) == 0, UserText: p.tailText,
-		Attachments: p.attachments,
-		Stop:        func(cause error) { t.cancel(cause) },
+		Attachments: p.attachments, OwnerClaimed: t.ownerClaimed,
+		Stop: func(cause error) { t.cancel(cause) },
 		LearnProject: func(id string) {
 			t.svc.mu.Lock()
 			t.project = id

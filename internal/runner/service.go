@@ -102,6 +102,9 @@ type Config struct {
 	DenyAllPermissions bool
 	// Observers follow every session turn (the platform mirror, traces).
 	Observers []Observer
+	// OwnerClaimTimeout bounds the platform's answer to a cold turn's
+	// owner claim (owner.go); default 2s.
+	OwnerClaimTimeout time.Duration
 
 	// Metrics is told of turns, tool calls and approvals; nil observes
 	// nothing.
@@ -174,6 +177,9 @@ func New(cfg Config, providers []sandbox.Provider, driver agent.Driver, st store
 	}
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = 90 * time.Second
+	}
+	if cfg.OwnerClaimTimeout <= 0 {
+		cfg.OwnerClaimTimeout = 2 * time.Second
 	}
 	if cfg.ReplicaID == "" {
 		cfg.ReplicaID = "replica-" + newID()[:8]
@@ -306,6 +312,10 @@ func (s *Service) Start(ctx context.Context, req *wire.Request) (*Turn, error) {
 		t.key = projectOf(req) + ":" + req.SessionID
 	}
 	if err := s.claim(ctx, t); err != nil {
+		return nil, err
+	}
+	if err := s.claimOwner(ctx, t); err != nil { // owner.go
+		s.unclaim(t)
 		return nil, err
 	}
 	return &Turn{t: t}, nil
@@ -609,10 +619,8 @@ func (s *Service) evict(key, reason string) {
 // warmKey reports whether the session key is parked in any pool.
 func (s *Service) warmKey(key string) bool {
 	for _, p := range s.pools {
-		for _, k := range p.Keys() {
-			if k == key {
-				return true
-			}
+		if p.Has(key) {
+			return true
 		}
 	}
 	return false

@@ -61,6 +61,9 @@ type turn struct {
 	// platform named for a request without one (guarded by svc.mu).
 	observers []TurnObserver
 	project   string
+	// ownerClaimed is set when Start awaited the platform's owner claim
+	// (owner.go): the observers need not send it again.
+	ownerClaimed bool
 	// clientPaused is set when a client tool paused the turn: its
 	// harness is never kept warm (the result returns on a cold resume).
 	clientPaused atomic.Bool

@@ -97,6 +97,15 @@ type TurnWriter interface {
 // ErrNotBegun marks a WriteTurnWithEvents whose begin was refused.
 var ErrNotBegun = errors.New("turn not begun")
 
+// ReplicaLocal is an optional ability of a Store that only this replica
+// opens (the embedded SQLite file in its data dir). Its leases keep this
+// replica's turns apart but cannot stop another replica, with a store of
+// its own, from running the same session; a store shared by the replicas
+// (PostgreSQL) does not have the ability.
+type ReplicaLocal interface {
+	ReplicaLocal() bool
+}
+
 // Sandboxes records the sandboxes the runner created, so that a restarted
 // runner can find, reuse or reap them.
 type Sandboxes interface {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/metrics"
 	"github.com/agentrunner/runner/internal/platform"
 	"github.com/agentrunner/runner/internal/wire"
 )
@@ -55,6 +56,9 @@ type Config struct {
 	// Timeout bounds one HTTP call (10 s).
 	Timeout time.Duration
 	HTTP    *http.Client
+	// Metrics is told of every call the mirror makes (each attempt);
+	// nil counts nothing.
+	Metrics metrics.Platform
 	Logger  *slog.Logger
 }
 
@@ -82,6 +86,9 @@ func (c *Config) defaults() {
 	}
 	if c.HTTP == nil {
 		c.HTTP = &http.Client{}
+	}
+	if c.Metrics == nil {
+		c.Metrics = metrics.Nop{}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentrunner/runner/internal/platform"
@@ -22,9 +23,14 @@ import (
 type Mirror struct {
 	cfg Config
 	q   *queue
+	// unanswered counts owner claims ClaimOwner gave up on.
+	unanswered atomic.Int64
 }
 
-var _ runner.Observer = (*Mirror)(nil)
+var (
+	_ runner.Observer     = (*Mirror)(nil)
+	_ runner.OwnerClaimer = (*Mirror)(nil)
+)
 
 // NewMirror returns a mirror; Close it after the runner's last turn.
 func NewMirror(cfg Config) *Mirror {
@@ -35,7 +41,30 @@ func NewMirror(cfg Config) *Mirror {
 }
 
 // Stats counts the mirror's calls.
-func (m *Mirror) Stats() platform.Stats { return m.q.stats() }
+func (m *Mirror) Stats() platform.Stats {
+	st := m.q.stats()
+	st.Unanswered = m.unanswered.Load()
+	return st
+}
+
+// ClaimOwner implements runner.OwnerClaimer: one owner claim (a beat
+// without turn_id), on the turn's path, bounded by ctx. A failed or late
+// answer is "" (warned, counted): the platform's outage never fails a
+// turn.
+func (m *Mirror) ClaimOwner(ctx context.Context, req *wire.Request) string {
+	conn, ok := m.Connect(req)
+	if !ok || req.SessionID == "" {
+		return ""
+	}
+	r, err := conn.Heartbeat(ctx, platform.Heartbeat{SessionID: req.SessionID, ReplicaID: m.cfg.ReplicaID, IsRunning: true})
+	m.cfg.Metrics.PlatformCall("heartbeat owner claim (awaited)", err)
+	if err != nil {
+		m.unanswered.Add(1)
+		m.cfg.Logger.Warn("the platform did not answer the session owner claim; starting the session here anyway", "session", req.SessionID, "err", err)
+		return ""
+	}
+	return r.ReplicaID
+}
 
 // Close waits, bounded by ctx, for the queued calls to reach the platform.
 func (m *Mirror) Close(ctx context.Context) error { return m.q.close(ctx) }
@@ -89,9 +118,10 @@ type turnMirror struct {
 
 	// streamID is set by the first heartbeat (lane only, then read by
 	// the heartbeat loop under mu).
-	mu       sync.Mutex
-	streamID string
-	stopped  bool
+	mu            sync.Mutex
+	streamID      string
+	stopped       bool
+	warnedForeign bool
 
 	// record state (lane only)
 	index    int
@@ -113,16 +143,20 @@ func (t *turnMirror) push(what string, call func(context.Context) error) {
 func (t *turnMirror) start() {
 	b := t.b
 	// The owner claim (a beat without turn_id) takes or reads the
-	// session's affinity key; a session another replica owns is logged,
-	// not refused: this runner's own lease decides who runs it.
-	claim := platform.Heartbeat{SessionID: b.SessionID, ReplicaID: t.m.cfg.ReplicaID, IsRunning: true}
-	t.push("heartbeat owner claim", func(ctx context.Context) error {
-		r, err := t.conn.Heartbeat(ctx, claim)
-		if err == nil && r.ReplicaID != "" && r.ReplicaID != claim.ReplicaID {
-			t.m.cfg.Logger.Warn("the platform says another replica owns this session", "session", b.SessionID, "owner", r.ReplicaID)
-		}
-		return err
-	})
+	// session's affinity key. A cold turn that needed the answer awaited
+	// it (ClaimOwner); otherwise another owner is logged, not refused:
+	// this replica holds the session warm, or a shared store's lease
+	// decides who runs it.
+	if !b.OwnerClaimed {
+		claim := platform.Heartbeat{SessionID: b.SessionID, ReplicaID: t.m.cfg.ReplicaID, IsRunning: true}
+		t.push("heartbeat owner claim", func(ctx context.Context) error {
+			r, err := t.conn.Heartbeat(ctx, claim)
+			if err == nil && r.ReplicaID != "" && r.ReplicaID != claim.ReplicaID {
+				t.m.cfg.Logger.Warn("the platform says another replica owns this session", "session", b.SessionID, "owner", r.ReplicaID)
+			}
+			return err
+		})
+	}
 	// The first running beat creates the session row (the session list)
 	// and names the stream the ledger row points at.
 	t.m.q.push(b.SessionID, func(ctx context.Context) {
@@ -161,15 +195,26 @@ func (t *turnMirror) beat(ctx context.Context, running bool) error {
 	if err != nil {
 		return err
 	}
+	// A beat from a replica that does not own the session's key changes
+	// nothing on the platform and answers not-current: that is not a
+	// Stop. It happens when replicas share a store and its lease, not the
+	// platform's key, decided who runs the session.
+	foreign := r.ReplicaID != "" && r.ReplicaID != h.ReplicaID
 	t.mu.Lock()
 	if r.StreamID != "" {
 		t.streamID = r.StreamID
 	}
-	interrupt := running && !r.CurrentTurn && !t.stopped
+	interrupt := running && !r.CurrentTurn && !t.stopped && !foreign
 	if interrupt {
 		t.stopped = true
 	}
+	warnForeign := foreign && !t.warnedForeign
+	t.warnedForeign = t.warnedForeign || foreign
 	t.mu.Unlock()
+	if warnForeign {
+		t.m.cfg.Logger.Warn("the platform says another replica owns this session: it ignores this replica's heartbeats (no running badge, Stop does not reach the turn) until that claim expires",
+			"session", t.b.SessionID, "owner", r.ReplicaID)
+	}
 	if r.ProjectID != "" && t.b.LearnProject != nil {
 		t.b.LearnProject(r.ProjectID)
 	}
@@ -194,7 +239,9 @@ func (t *turnMirror) beatLoop() {
 		case <-t.m.q.ctx.Done():
 			return
 		case <-tick.C:
-			if err := t.beat(t.m.q.ctx, true); err != nil {
+			err := t.beat(t.m.q.ctx, true)
+			t.m.cfg.Metrics.PlatformCall("heartbeat", err)
+			if err != nil {
 				t.m.cfg.Logger.Debug("heartbeat failed", "session", t.b.SessionID, "err", err)
 			}
 		}
@@ -387,6 +434,7 @@ func (t *turnMirror) resolve(ev wire.Event) {
 		// One attempt, as the reference: the platform's CAS decides, and a
 		// row already terminal answers 404.
 		err := t.conn.TransitionInteraction(ctx, tr)
+		t.m.cfg.Metrics.PlatformCall("interactions/transition", err)
 		var se *StatusError
 		if err != nil && !(errors.As(err, &se) && se.Code == 404) {
 			t.m.cfg.Logger.Warn("platform interaction transition failed", "session", t.b.SessionID, "token", ev.ID, "err", err)

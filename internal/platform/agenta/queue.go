@@ -99,6 +99,7 @@ func (q *queue) deliver(ctx context.Context, what string, call func(context.Cont
 	warned := false
 	for {
 		err := call(ctx)
+		q.cfg.Metrics.PlatformCall(what, err)
 		if err == nil {
 			q.sent.Add(1)
 			if warned {

@@ -75,6 +75,8 @@ type Fake struct {
 	streams      map[string]string // session -> stream id
 	current      map[string]string // session -> the turn holding its alive lock
 	stopped      map[string]bool   // session -> Stop pressed
+	owners       map[string]owner  // session -> the replica owning its affinity key
+	held         map[string]chan struct{}
 	attachments  map[string]Attachment
 	valid        map[string]time.Time // credential -> expiry
 	down         bool
@@ -83,12 +85,21 @@ type Fake struct {
 	seq          int
 }
 
+// OwnerTTL is how long a replica's claim on a session's owner key
+// lasts after its last beat (the API's OWNER_TTL_SECONDS).
+const OwnerTTL = 120 * time.Second
+
+type owner struct {
+	replica string
+	until   time.Time
+}
+
 // New starts a fake accepting the credential cred.
 func New(t testing.TB, cred string) *Fake {
 	f := &Fake{
 		ProjectID: "019a0000-0000-7000-8000-00000000p001",
 		turns:     map[string]json.RawMessage{}, completed: map[string]json.RawMessage{}, streams: map[string]string{},
-		current: map[string]string{}, stopped: map[string]bool{}, attachments: map[string]Attachment{},
+		current: map[string]string{}, stopped: map[string]bool{}, owners: map[string]owner{}, held: map[string]chan struct{}{}, attachments: map[string]Attachment{},
 		valid: map[string]time.Time{cred: time.Now().Add(time.Hour)}, changed: make(chan struct{}),
 	}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
@@ -117,6 +128,17 @@ func (f *Fake) Stop(session string) {
 	f.mu.Lock()
 	f.stopped[session] = true
 	f.mu.Unlock()
+}
+
+// Owner is the replica owning a session's affinity key, "" when none
+// holds it.
+func (f *Fake) Owner(session string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if o := f.owners[session]; time.Now().Before(o.until) {
+		return o.replica
+	}
+	return ""
 }
 
 // AddAttachment stores an upload.
@@ -189,11 +211,13 @@ func (f *Fake) Completed(session string) []json.RawMessage {
 	return out
 }
 
-// Wait blocks until cond holds (checked after every call), or fails the
-// test after timeout.
-func (f *Fake) Wait(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+// Wait blocks until cond holds (checked after every call the fake
+// answers), or fails the test at waitBound: the platform's calls come
+// from a background queue, whose pace under load no fixed short wait
+// can bound.
+func (f *Fake) Wait(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.NewTimer(timeout)
+	deadline := time.NewTimer(waitBound(t))
 	defer deadline.Stop()
 	for {
 		f.mu.Lock()
@@ -210,8 +234,63 @@ func (f *Fake) Wait(t testing.TB, timeout time.Duration, what string, cond func(
 	}
 }
 
+// waitBound is how long Wait waits: until shortly before the test's
+// deadline (go test -timeout), at most maxWait, so a wait that can never
+// succeed still fails with its message rather than the test binary's
+// panic.
+func waitBound(t testing.TB) time.Duration {
+	const maxWait, margin = 2 * time.Minute, 5 * time.Second
+	d := maxWait
+	if dt, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+		if end, ok := dt.Deadline(); ok {
+			d = min(d, time.Until(end)-margin)
+		}
+	}
+	return max(d, time.Second)
+}
+
+// WaitFor is Wait for a channel: it fails the test at the same bound.
+func WaitFor[T any](t testing.TB, what string, ch <-chan T) T {
+	t.Helper()
+	deadline := time.NewTimer(waitBound(t))
+	defer deadline.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-deadline.C:
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
+// Hold makes calls to path wait unanswered (a platform too slow to
+// answer) until release is called; the test's cleanup releases them.
+func (f *Fake) Hold(t testing.TB, path string) (release func()) {
+	ch := make(chan struct{})
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			f.mu.Lock()
+			delete(f.held, path)
+			f.mu.Unlock()
+			close(ch)
+		})
+	}
+	f.mu.Lock()
+	f.held[path] = ch
+	f.mu.Unlock()
+	t.Cleanup(release)
+	return release
+}
+
 func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
+	f.mu.Lock()
+	hold := f.held[r.URL.Path]
+	f.mu.Unlock()
+	if hold != nil {
+		<-hold
+	}
 	status, reply, header := f.answer(r, body)
 	f.mu.Lock()
 	f.calls = append(f.calls, Call{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Authorization: r.Header.Get("Authorization"), Body: body, Status: status})
@@ -274,6 +353,18 @@ func (f *Fake) answer(r *http.Request, body []byte) (int, any, map[string]string
 		if sid == "" || str("replica_id") == "" {
 			return http.StatusUnprocessableEntity, detail("session_id and replica_id are required"), nil
 		}
+		// Every beat claims the owner key, never stealing it from a live
+		// different owner; a replica that lost the claim learns the owner
+		// and changes nothing (claim_owner in core/sessions/streams).
+		replica, now := str("replica_id"), time.Now()
+		if o := f.owners[sid]; o.replica != replica && now.Before(o.until) {
+			var stream any
+			if f.streams[sid] != "" {
+				stream = map[string]any{"id": f.streams[sid], "project_id": f.ProjectID, "session_id": sid, "turn_id": f.current[sid]}
+			}
+			return 200, map[string]any{"stream": stream, "replica_id": o.replica, "is_current_turn": false}, nil
+		}
+		f.owners[sid] = owner{replica: replica, until: now.Add(OwnerTTL)}
 		if f.streams[sid] == "" {
 			f.streams[sid] = id
 		}

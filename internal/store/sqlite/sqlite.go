@@ -52,7 +52,16 @@ type Store struct {
 	closeOnce    sync.Once
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store        = (*Store)(nil)
+	_ store.ReplicaLocal = (*Store)(nil)
+)
+
+// ReplicaLocal implements store.ReplicaLocal: the file is in this
+// replica's data dir (processes sharing one file on one host would be
+// kept apart by its leases, but replicas are separate hosts or
+// containers).
+func (s *Store) ReplicaLocal() bool { return true }
 
 // Open opens (creating if needed) the database file at path, and its
 // parent directory, and brings the schema up to date.
