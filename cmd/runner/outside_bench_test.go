@@ -364,7 +364,7 @@ func benchBinary(b *testing.B) (string, *benchProfile) {
 }
 
 // start fetches a CPU profile over the first 5 s of the run, then a 1 s
-// execution trace; stop waits for both.
+// execution trace, then the allocations so far; stop waits for them.
 func (p *benchProfile) start(b *testing.B) (stop func()) {
 	if p.dir == "" {
 		return func() {}
@@ -375,6 +375,7 @@ func (p *benchProfile) start(b *testing.B) (stop func()) {
 		for _, f := range []struct{ name, path string }{
 			{"serve-cpu.pprof", "/debug/pprof/profile?seconds=5"},
 			{"serve.trace", "/debug/pprof/trace?seconds=1"},
+			{"serve-allocs.pprof", "/debug/pprof/allocs"}, // since the start
 		} {
 			resp, err := http.Get("http://" + p.addr + f.path)
 			if err != nil {

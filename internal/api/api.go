@@ -237,7 +237,7 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request) {
 	}
 	defer h.inflight.Add(-1)
 
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
+	body, err := readAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes), r.ContentLength, h.cfg.MaxBodyBytes)
 	if err != nil {
 		refuse(w, r, bodyError(err))
 		return
@@ -374,4 +374,24 @@ func (n *ndjson) idleFor() time.Duration {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return time.Since(n.last)
+}
+
+// preallocMax is the most a request body's announced length reserves.
+const preallocMax = 4 << 20
+
+// readAll reads r into one buffer of the announced length (a run request
+// carries the whole history: io.ReadAll's doubling copied it several
+// times). With no length, one over max, or one over preallocMax (a
+// length is a claim: the bytes must arrive before they cost that much
+// memory), it grows as the bytes come.
+func readAll(r io.Reader, length, max int64) ([]byte, error) {
+	if length <= 0 || length > max || length > preallocMax {
+		return io.ReadAll(r)
+	}
+	// net/http ends the body at the announced length.
+	buf := make([]byte, length)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return nil, err
+	}
+	return buf, nil
 }

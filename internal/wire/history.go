@@ -273,7 +273,9 @@ func (p *scan) messages() ([]Message, bool) {
 	if !p.eat('[') {
 		return nil, false
 	}
-	msgs := make([]Message, 0, 16)
+	// As many as there are roles (an overestimate when texts name one):
+	// one allocation instead of a doubling copy of the history.
+	msgs := make([]Message, 0, bytes.Count(p.b[p.i:], []byte(`"role"`)))
 	p.ws()
 	if p.eat(']') {
 		return msgs, true
