@@ -22,6 +22,7 @@ import (
 	"github.com/agentrunner/runner/internal/agent/acp"
 	"github.com/agentrunner/runner/internal/agent/agenttest"
 	"github.com/agentrunner/runner/internal/api"
+	"github.com/agentrunner/runner/internal/platform/platformtest"
 	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandbox/local"
@@ -32,10 +33,14 @@ import (
 
 func TestMain(m *testing.M) {
 	agenttest.MaybeRun()
+	platformtest.MaybeServe()
 	os.Exit(m.Run())
 }
 
 const token = "test-token-0123456789abcdef"
+
+// testReplica is the service's replica id, for observers that name it.
+const testReplica = "replica-test"
 
 type env struct {
 	srv *httptest.Server
@@ -79,6 +84,7 @@ func newEnvObserved(t testing.TB, isolation string, observers []runner.Observer,
 		BaseEnv:   []string{"PATH=/usr/bin:/bin"},
 		KeepAlive: true,
 		Observers: observers,
+		ReplicaID: testReplica,
 		Logger:    log,
 	}, []sandbox.Provider{p}, &acp.Driver{ClientVersion: "test", CancelGrace: 2 * time.Second}, st)
 	if err != nil {

@@ -96,6 +96,12 @@ type owner struct {
 
 // New starts a fake accepting the credential cred.
 func New(t testing.TB, cred string) *Fake {
+	f := start(cred)
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func start(cred string) *Fake {
 	f := &Fake{
 		ProjectID: "019a0000-0000-7000-8000-00000000p001",
 		turns:     map[string]json.RawMessage{}, completed: map[string]json.RawMessage{}, streams: map[string]string{},
@@ -104,7 +110,6 @@ func New(t testing.TB, cred string) *Fake {
 	}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	f.URL = f.srv.URL
-	t.Cleanup(f.srv.Close)
 	return f
 }
 
