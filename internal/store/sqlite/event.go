@@ -219,7 +219,12 @@ func (s *Store) commitGroup(group []*appendReq) {
 					return req.endErr
 				}
 			}
-			err := bump.QueryRow(len(req.evs), req.session).Scan(&req.last)
+			var err error
+			if req.begin != nil {
+				err = tx.Stmt(s.stmts.bumpBegin).QueryRow(len(req.evs), req.begin.Index, nowMS(), req.session).Scan(&req.last)
+			} else {
+				err = bump.QueryRow(len(req.evs), req.session).Scan(&req.last)
+			}
 			if errors.Is(err, sql.ErrNoRows) {
 				req.err = errdefs.ErrNotFound // nothing was written
 				continue
@@ -250,22 +255,20 @@ func (s *Store) commitGroup(group []*appendReq) {
 	}
 }
 
-// beginInGroup begins t inside a group's transaction, under a savepoint:
-// a refused begin leaves nothing of itself behind (the session's bumped
-// index included), and the rest of the group commits.
+// beginInGroup begins t inside a group's transaction with one statement,
+// the turn's row: refused (the index is taken, or there is no such
+// session, which the row's foreign key tells), it writes nothing, and the
+// rest of the group commits. The session row's turn index moves with the
+// request's sequence bump (bumpBegin).
 func (s *Store) beginInGroup(tx *sql.Tx, t store.Turn) error {
-	ctx := context.Background()
-	if _, err := tx.Stmt(s.stmts.savepoint).Exec(); err != nil {
-		return err
+	_, err := tx.Stmt(s.stmts.insertTurnRow).Exec(t.SessionID, t.Index, t.TurnID, t.Harness, t.AgentSessionID,
+		t.SandboxProvider, t.SandboxID, string(store.TurnRunning), ms(t.StartedAt), t.Owner)
+	switch {
+	case isUnique(err):
+		return errdefs.ErrConflict
+	case isForeignKey(err):
+		return errdefs.ErrNotFound
 	}
-	if _, err := s.beginTurn(ctx, tx, t); err != nil {
-		if _, rerr := tx.Stmt(s.stmts.rollbackTo).Exec(); rerr != nil {
-			return rerr
-		}
-		_, rerr := tx.Stmt(s.stmts.release).Exec()
-		return errors.Join(err, rerr)
-	}
-	_, err := tx.Stmt(s.stmts.release).Exec()
 	return err
 }
 

@@ -38,7 +38,7 @@ type Store struct {
 	insertEvents [insertChunk]*sql.Stmt
 	stmts        struct {
 		beginSession, insertTurn, endTurn *sql.Stmt
-		savepoint, release, rollbackTo    *sql.Stmt
+		insertTurnRow, bumpBegin          *sql.Stmt // a turn begun in a group
 	}
 
 	// appendMu guards the queue of AppendEvents calls and who commits it.
@@ -128,9 +128,8 @@ func open(ctx context.Context, path string) (_ *Store, err error) {
 		{&s.stmts.beginSession, sqlBeginSession},
 		{&s.stmts.insertTurn, sqlInsertTurn},
 		{&s.stmts.endTurn, sqlEndTurn},
-		{&s.stmts.savepoint, `SAVEPOINT turn_begin`},
-		{&s.stmts.release, `RELEASE turn_begin`},
-		{&s.stmts.rollbackTo, `ROLLBACK TO turn_begin`},
+		{&s.stmts.insertTurnRow, sqlInsertTurnRow},
+		{&s.stmts.bumpBegin, `UPDATE sessions SET last_seq = last_seq + ?, last_turn_index = max(last_turn_index, ?), updated_at = ? WHERE id = ? RETURNING last_seq`},
 	} {
 		if *st.dst, err = s.w.PrepareContext(ctx, st.query); err != nil {
 			return nil, err
@@ -238,6 +237,11 @@ func isUnique(err error) bool {
 		return false
 	}
 	return e.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY || e.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE
+}
+
+func isForeignKey(err error) bool {
+	var e *sqlite.Error
+	return errors.As(err, &e) && e.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
 }
 
 // notFound turns sql.ErrNoRows into errdefs.ErrNotFound.
