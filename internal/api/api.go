@@ -273,7 +273,7 @@ func (h *Handler) runTurn(w http.ResponseWriter, r *http.Request, turn *runner.T
 // stream writes NDJSON: event records as they happen, a ping record when
 // the turn has been silent for PingInterval, then exactly one result.
 func (h *Handler) stream(w http.ResponseWriter, r *http.Request, turn *runner.Turn) {
-	out := startNDJSON(w)
+	out := openNDJSON(w)
 	stopPings := out.ping(h.cfg.PingInterval)
 	agenta := turn.Platform()
 	res, _ := turn.Run(r.Context(), func(seq int64, ev wire.Event) {
@@ -316,15 +316,22 @@ func (n *ndjson) put(rec wire.Record, flush bool) {
 	n.last = time.Now()
 }
 
-// startNDJSON commits to a 200 NDJSON stream.
+// startNDJSON commits to a 200 NDJSON stream and sends its header.
 func startNDJSON(w http.ResponseWriter) *ndjson {
+	out := openNDJSON(w)
+	out.flush()
+	return out
+}
+
+// openNDJSON commits to a 200 NDJSON stream whose header leaves with its
+// first record: a turn's stream, whose first event (environment_starting)
+// the turn emits as it starts, so the header costs no write of its own.
+func openNDJSON(w http.ResponseWriter) *ndjson {
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	out := &ndjson{w: w, rc: http.NewResponseController(w), enc: newEncoder(w)}
-	out.flush()
-	return out
+	return &ndjson{w: w, rc: http.NewResponseController(w), enc: newEncoder(w), last: time.Now()}
 }
 
 // ping writes a ping record whenever the stream has been silent for

@@ -145,24 +145,21 @@ func (p *scan) key() ([]byte, bool) {
 	if !p.eat('"') {
 		return nil, false
 	}
-	start := p.i
 	ascii := true
-	for p.i < len(p.b) {
-		c := p.b[p.i]
+	for j, c := range p.b[p.i:] {
 		switch {
 		case c == '"':
-			k := p.b[start:p.i]
-			p.i++
+			k := p.b[p.i : p.i+j]
 			if !ascii && !utf8.Valid(k) {
 				return nil, false
 			}
+			p.i += j + 1
 			return k, true
 		case c == '\\' || c < 0x20:
 			return nil, false
 		case c >= utf8.RuneSelf:
 			ascii = false
 		}
-		p.i++
 	}
 	return nil, false
 }
@@ -172,6 +169,26 @@ func (p *scan) str() (string, bool) {
 	start := p.i
 	if !p.eat('"') {
 		return "", false
+	}
+	// Most strings have no escape: find the closing quote at memchr speed
+	// and check the bytes before it in one tight pass.
+	if j := bytes.IndexByte(p.b[p.i:], '"'); j >= 0 {
+		inner := p.b[p.i : p.i+j]
+		if bytes.IndexByte(inner, '\\') < 0 {
+			ascii := true
+			for _, c := range inner {
+				if c < 0x20 {
+					return "", false
+				}
+				if c >= utf8.RuneSelf {
+					ascii = false
+				}
+			}
+			if ascii || utf8.Valid(inner) {
+				p.i += j + 1
+				return p.s[start+1 : p.i-1], true
+			}
+		}
 	}
 	plain := true
 	for p.i < len(p.b) {
@@ -273,9 +290,13 @@ func (p *scan) messages() ([]Message, bool) {
 	if !p.eat('[') {
 		return nil, false
 	}
-	// As many as there are roles (an overestimate when texts name one):
-	// one allocation instead of a doubling copy of the history.
-	msgs := make([]Message, 0, bytes.Count(p.b[p.i:], []byte(`"role"`)))
+	// One allocation instead of a doubling copy of the history: a message
+	// is an object, so there are at most as many as there are braces (an
+	// overestimate when blocks or texts hold some), and no more than
+	// there is room for in the body (the shortest, {"role":""}, is 11
+	// bytes).
+	rest := p.b[p.i:]
+	msgs := make([]Message, 0, min(bytes.Count(rest, []byte{'{'}), len(rest)/11+1))
 	p.ws()
 	if p.eat(']') {
 		return msgs, true

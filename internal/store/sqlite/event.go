@@ -204,15 +204,25 @@ func (s *Store) commitGroup(group []*appendReq) {
 			if req.err = req.ctx.Err(); req.err != nil {
 				continue
 			}
+			whole := req.begin != nil && req.end != nil && req.end.SessionID == req.begin.SessionID && req.end.Index == req.begin.Index
 			if req.begin != nil {
-				if req.err = s.beginInGroup(tx, *req.begin); req.err != nil {
+				row := *req.begin
+				if whole {
+					// Begun and ended in one request: the row is written
+					// ended, with no update of it.
+					row = endedTurn(row, *req.end)
+				}
+				if req.err = s.beginInGroup(tx, row); req.err != nil {
 					if errors.Is(req.err, errdefs.ErrNotFound) || errors.Is(req.err, errdefs.ErrConflict) {
 						continue // refused: nothing of it was written
 					}
 					return req.err
 				}
+				if whole {
+					req.ended = row
+				}
 			}
-			if req.end != nil {
+			if req.end != nil && !whole {
 				// The outcome first: a missing session fails here alone.
 				req.ended, req.endErr = s.endTurn(context.Background(), tx, *req.end)
 				if req.endErr != nil && !errors.Is(req.endErr, errdefs.ErrConflict) && !errors.Is(req.endErr, errdefs.ErrNotFound) {
@@ -256,13 +266,19 @@ func (s *Store) commitGroup(group []*appendReq) {
 }
 
 // beginInGroup begins t inside a group's transaction with one statement,
-// the turn's row: refused (the index is taken, or there is no such
-// session, which the row's foreign key tells), it writes nothing, and the
-// rest of the group commits. The session row's turn index moves with the
-// request's sequence bump (bumpBegin).
+// the turn's row (running, or already ended: endedTurn): refused (the
+// index is taken, or there is no such session, which the row's foreign
+// key tells), it writes nothing, and the rest of the group commits. The
+// session row's turn index moves with the request's sequence bump
+// (bumpBegin).
 func (s *Store) beginInGroup(tx *sql.Tx, t store.Turn) error {
+	status := t.Status
+	if status == "" {
+		status = store.TurnRunning
+	}
 	_, err := tx.Stmt(s.stmts.insertTurnRow).Exec(t.SessionID, t.Index, t.TurnID, t.Harness, t.AgentSessionID,
-		t.SandboxProvider, t.SandboxID, string(store.TurnRunning), ms(t.StartedAt), t.Owner)
+		t.SandboxProvider, t.SandboxID, string(status), ms(t.StartedAt), ms(t.EndedAt),
+		t.Usage.Input, t.Usage.Output, t.Usage.Total, t.Usage.Cost, t.StopReason, t.Error, t.Owner)
 	switch {
 	case isUnique(err):
 		return errdefs.ErrConflict
@@ -270,6 +286,16 @@ func (s *Store) beginInGroup(tx *sql.Tx, t store.Turn) error {
 		return errdefs.ErrNotFound
 	}
 	return err
+}
+
+// endedTurn is begin with the outcome end recorded, as endTurn's update
+// would leave its row, times at the store's millisecond.
+func endedTurn(begin, end store.Turn) store.Turn {
+	t := begin
+	t.Status, t.EndedAt, t.Usage, t.StopReason, t.Error = end.Status, end.EndedAt, end.Usage, end.StopReason, end.Error
+	t.AgentSessionID, t.SandboxProvider, t.SandboxID = end.AgentSessionID, end.SandboxProvider, end.SandboxID
+	t.StartedAt, t.EndedAt = fromMS(ms(t.StartedAt)), fromMS(ms(t.EndedAt))
+	return t
 }
 
 // ReadEvents implements store.Events.

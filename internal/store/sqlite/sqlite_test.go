@@ -4,6 +4,7 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/store"
@@ -55,5 +56,37 @@ func TestAppendAfterClose(t *testing.T) {
 	_, err = st.AppendEvents(t.Context(), "s", []store.Event{{Event: wire.Event{Type: wire.EventDone}}})
 	if !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("AppendEvents after Close = %v, want ErrUnavailable", err)
+	}
+}
+
+// BenchmarkWriteTurn is a warm turn's one commit: its begin, the nine
+// events a short text turn logs, and its outcome.
+func BenchmarkWriteTurn(b *testing.B) {
+	st := open(b)
+	ctx := b.Context()
+	if _, err := st.PutSession(ctx, store.Session{ID: "s", Status: store.SessionActive}); err != nil {
+		b.Fatal(err)
+	}
+	evs := []store.Event{
+		{Event: wire.Event{Type: wire.EventMessage, Role: "user", Text: "hello 1"}},
+		{Event: wire.Event{Type: wire.EventData, Name: "agent-session", Data: []byte(`{"agentSessionId":"a","mode":"warm","sandbox":"local-1"}`)}},
+		{Event: wire.Event{Type: wire.EventMessageStart, ID: "m1"}},
+		{Event: wire.Event{Type: wire.EventMessageDelta, ID: "m1", Delta: "echo: "}},
+		{Event: wire.Event{Type: wire.EventMessageDelta, ID: "m1", Delta: "hello 1"}},
+		{Event: wire.Event{Type: wire.EventMessageDelta, ID: "m1", Delta: "."}},
+		{Event: wire.Event{Type: wire.EventMessageEnd, ID: "m1"}},
+		{Event: wire.Event{Type: wire.EventMessage, Role: "assistant", Text: "echo: hello 1."}},
+		{Event: wire.Event{Type: wire.EventDone, StopReason: "end_turn"}},
+	}
+	i := 0
+	for b.Loop() {
+		i++
+		now := time.Now()
+		begin := store.Turn{SessionID: "s", Index: i, Harness: "fake", StartedAt: now, Owner: "r"}
+		end := begin
+		end.Status, end.EndedAt, end.StopReason = store.TurnCompleted, now, "end_turn"
+		if _, _, err := st.WriteTurnWithEvents(ctx, begin, evs, end); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

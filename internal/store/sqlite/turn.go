@@ -102,9 +102,10 @@ const (
 	sqlBeginSession = `UPDATE sessions
 SET last_turn_index = max(last_turn_index, ?), updated_at = ? WHERE id = ? RETURNING id`
 	sqlInsertTurnRow = `INSERT INTO turns (` + turnCols + `)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, 0, 0, 0, '', '', ?)`
-	sqlInsertTurn = sqlInsertTurnRow + ` RETURNING ` + turnCols
-	sqlEndTurn    = `UPDATE turns SET
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	sqlInsertTurn = `INSERT INTO turns (` + turnCols + `)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, 0, 0, 0, '', '', ?) RETURNING ` + turnCols
+	sqlEndTurn = `UPDATE turns SET
 	status = ?, ended_at = ?, input_tokens = ?, output_tokens = ?, total_tokens = ?, cost = ?,
 	stop_reason = ?, error = ?, agent_session_id = ?, sandbox_provider = ?, sandbox_id = ?
 WHERE session_id = ? AND turn_index = ? AND status IN ('running', 'paused')
