@@ -1,11 +1,11 @@
 package runner
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
-	"io"
 	"maps"
 	"slices"
 	"sort"
@@ -60,12 +60,15 @@ func stripValues(cs []wire.Credential) []wire.Credential {
 // never copied into one buffer.
 func historyFingerprint(msgs []wire.Message) string {
 	h := sha256.New()
+	// Parts are small and many: buffered, the hash sees blocks, not two
+	// calls per message.
+	w := bufio.NewWriterSize(h, 4096)
 	part := func(kind byte, s string) {
 		var n [9]byte
 		n[0] = kind
 		binary.BigEndian.PutUint64(n[1:], uint64(len(s)))
-		h.Write(n[:])
-		io.WriteString(h, s)
+		w.Write(n[:])
+		w.WriteString(s)
 	}
 	prompts := 0
 	var seen map[string]bool
@@ -87,6 +90,7 @@ func historyFingerprint(msgs []wire.Message) string {
 		}
 	}
 	part('n', strconv.Itoa(prompts))
+	w.Flush()
 	return hex.EncodeToString(h.Sum(nil))
 }
 
