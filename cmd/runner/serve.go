@@ -78,11 +78,12 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 	defer reaper.Stop()
 	installed := &harnessStatusCache{status: func() map[string]any { return harnessStatus(cfg) }, now: time.Now}
 	h := api.New(api.Config{
-		Token:            cfg.Token,
-		Version:          version,
-		ConcurrencyLimit: cfg.ConcurrencyLimit,
-		MaxBodyBytes:     cfg.MaxBodyBytes,
-		PingInterval:     cfg.PingInterval,
+		Token:             cfg.Token,
+		Version:           version,
+		ConcurrencyLimit:  cfg.ConcurrencyLimit,
+		MaxBodyBytes:      cfg.MaxBodyBytes,
+		HistoryCacheBytes: cfg.HistoryCacheBytes,
+		PingInterval:      cfg.PingInterval,
 		Health: func() map[string]any {
 			return map[string]any{"harnesses": svc.Harnesses(), "harnessesInstalled": installed.get(), "providers": svc.Providers(), "inFlight": svc.InFlight(), "warm": svc.Warm()}
 		},

@@ -31,8 +31,12 @@ type Config struct {
 	Version          string
 	ConcurrencyLimit int
 	MaxBodyBytes     int64
-	PingInterval     time.Duration
-	KillTimeout      time.Duration
+	// HistoryCacheBytes bounds the histories of recent requests kept
+	// decoded, so the next turn of a conversation decodes only what it
+	// adds (0: no cache).
+	HistoryCacheBytes int
+	PingInterval      time.Duration
+	KillTimeout       time.Duration
 	// Health returns the extra /health fields (harnesses, providers …).
 	Health func() map[string]any
 	// Ready reports whether the replica takes new turns (nil: always).
@@ -49,6 +53,7 @@ type Handler struct {
 	log      *slog.Logger
 	mux      *http.ServeMux
 	inflight atomic.Int64
+	history  *wire.HistoryCache // nil: none
 }
 
 // Route is an additional authenticated route (the /v1 API of other packages).
@@ -75,6 +80,9 @@ func New(cfg Config, r *runner.Service, extra ...Route) *Handler {
 		cfg.KillTimeout = 5 * time.Second
 	}
 	h := &Handler{cfg: cfg, runner: r, log: cfg.Logger, mux: http.NewServeMux()}
+	if cfg.HistoryCacheBytes > 0 {
+		h.history = wire.NewHistoryCache(cfg.HistoryCacheBytes)
+	}
 	h.mux.HandleFunc("GET /health", h.health)
 	h.mux.HandleFunc("GET /ready", h.ready)
 	h.mux.Handle("GET /subscription-status", h.auth(http.HandlerFunc(h.subscription)))
@@ -242,7 +250,7 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request) {
 		refuse(w, r, bodyError(err))
 		return
 	}
-	req, err := wire.Decode(body)
+	req, err := h.history.Decode(body)
 	if err != nil {
 		refuse(w, r, err)
 		return

@@ -21,7 +21,10 @@ type Config struct {
 	Token            string
 	ConcurrencyLimit int
 	MaxBodyBytes     int64
-	DataDir          string
+	// HistoryCacheBytes bounds the decoded histories kept between turns
+	// (0: none).
+	HistoryCacheBytes int
+	DataDir           string
 	// Workdir is `runner run -workdir`, never read from the environment:
 	// a service must not hand its host's directories to callers.
 	Workdir   string
@@ -121,41 +124,42 @@ func Load(environ []string) (Config, []string, error) {
 	l := newLoader(environ)
 	getenv := l.get
 	c := Config{
-		Host:             l.str("AGENTA_RUNNER_HOST", "127.0.0.1"),
-		Port:             l.strictInt("AGENTA_RUNNER_PORT", 8765, 1, 65535),
-		Token:            l.str("AGENTA_RUNNER_TOKEN", ""),
-		ConcurrencyLimit: l.strictInt("AGENTA_RUNNER_CONCURRENCY_LIMIT", 1000, 1, 1<<30),
-		MaxBodyBytes:     int64(l.strictInt("AGENTA_RUNNER_MAX_BODY_BYTES", 32<<20, 1024, 1<<31-1)),
-		DataDir:          l.str("AGENTA_RUNNER_DATA_DIR", defaultDataDir(getenv)),
-		ReplicaID:        l.str("AGENTA_RUNNER_REPLICA_ID", ""),
-		LogLevel:         strings.ToLower(l.str("AGENTA_RUNNER_LOG_LEVEL", "info")),
-		LocalIsolation:   strings.ToLower(l.str("AGENTA_RUNNER_LOCAL_ISOLATION", "bwrap")),
-		LocalMemoryMB:    l.limit("AGENTA_RUNNER_LOCAL_MEMORY_MB", 4096, 16),
-		LocalPids:        l.limit("AGENTA_RUNNER_LOCAL_PIDS", 1024, 8),
-		LocalCPUs:        l.float("AGENTA_RUNNER_LOCAL_CPUS", 2),
-		LocalHide:        l.paths("AGENTA_RUNNER_LOCAL_HIDE"),
-		LocalUID:         l.strictInt("AGENTA_RUNNER_LOCAL_SANDBOX_UID", 0, 0, 1<<31-1),
-		LocalGID:         l.strictInt("AGENTA_RUNNER_LOCAL_SANDBOX_GID", 0, 0, 1<<31-1),
-		LocalBwrap:       l.str("AGENTA_RUNNER_LOCAL_BWRAP", ""),
-		DatabaseURL:      l.str("AGENTA_RUNNER_DATABASE_URL", ""),
-		StoreURL:         l.str("AGENTA_RUNNER_STORE_URL", ""),
-		CheckpointEvery:  l.ms("AGENTA_RUNNER_WORKSPACE_CHECKPOINT_MS", 30_000),
-		PlatformMounts:   l.boolean("AGENTA_RUNNER_PLATFORM_MOUNTS", false),
-		KeyGateway:       l.boolean("AGENTA_RUNNER_KEY_GATEWAY", true),
-		KeepAlive:        l.boolean("AGENTA_RUNNER_SESSION_KEEPALIVE", true),
-		PoolMax:          l.lenientInt("AGENTA_RUNNER_SESSION_POOL_MAX", 8),
-		SessionTTL:       l.ms("AGENTA_RUNNER_SESSION_TTL_MS", 60_000),
-		ApprovalTTL:      l.ms("AGENTA_RUNNER_SESSION_APPROVAL_TTL_MS", 600_000),
-		HistoryMaxChars:  l.lenientInt("AGENTA_AGENT_HISTORY_MAX_CHARS", 100_000),
-		RunTotalTimeout:  l.ms("AGENTA_RUNNER_RUN_TOTAL_TIMEOUT_MS", 39_600_000),
-		RunIdleTimeout:   l.ms("AGENTA_RUNNER_RUN_IDLE_TIMEOUT_MS", 1_800_000),
-		RunTTFBTimeout:   l.ms("AGENTA_RUNNER_RUN_TTFB_TIMEOUT_MS", 120_000),
-		ToolCallTimeout:  l.ms("AGENTA_RUNNER_TOOL_CALL_TIMEOUT_MS", 1_800_000),
-		ToolsTimeout:     l.ms("AGENTA_AGENT_TOOLS_TIMEOUT", 30_000),
-		MCPHostAllowlist: l.list("AGENTA_AGENT_MCPS_HOST_ALLOWLIST"),
-		ShutdownTimeout:  l.ms("AGENTA_RUNNER_SHUTDOWN_TIMEOUT_MS", 10_000),
-		PingInterval:     l.ms("AGENTA_RUNNER_STREAM_PING_MS", 15_000),
-		MetricsAddr:      l.listenAddr("AGENTA_RUNNER_METRICS_ADDR"),
+		Host:              l.str("AGENTA_RUNNER_HOST", "127.0.0.1"),
+		Port:              l.strictInt("AGENTA_RUNNER_PORT", 8765, 1, 65535),
+		Token:             l.str("AGENTA_RUNNER_TOKEN", ""),
+		ConcurrencyLimit:  l.strictInt("AGENTA_RUNNER_CONCURRENCY_LIMIT", 1000, 1, 1<<30),
+		MaxBodyBytes:      int64(l.strictInt("AGENTA_RUNNER_MAX_BODY_BYTES", 32<<20, 1024, 1<<31-1)),
+		HistoryCacheBytes: l.strictInt("AGENTA_RUNNER_HISTORY_CACHE_BYTES", 16<<20, 0, 1<<31-1),
+		DataDir:           l.str("AGENTA_RUNNER_DATA_DIR", defaultDataDir(getenv)),
+		ReplicaID:         l.str("AGENTA_RUNNER_REPLICA_ID", ""),
+		LogLevel:          strings.ToLower(l.str("AGENTA_RUNNER_LOG_LEVEL", "info")),
+		LocalIsolation:    strings.ToLower(l.str("AGENTA_RUNNER_LOCAL_ISOLATION", "bwrap")),
+		LocalMemoryMB:     l.limit("AGENTA_RUNNER_LOCAL_MEMORY_MB", 4096, 16),
+		LocalPids:         l.limit("AGENTA_RUNNER_LOCAL_PIDS", 1024, 8),
+		LocalCPUs:         l.float("AGENTA_RUNNER_LOCAL_CPUS", 2),
+		LocalHide:         l.paths("AGENTA_RUNNER_LOCAL_HIDE"),
+		LocalUID:          l.strictInt("AGENTA_RUNNER_LOCAL_SANDBOX_UID", 0, 0, 1<<31-1),
+		LocalGID:          l.strictInt("AGENTA_RUNNER_LOCAL_SANDBOX_GID", 0, 0, 1<<31-1),
+		LocalBwrap:        l.str("AGENTA_RUNNER_LOCAL_BWRAP", ""),
+		DatabaseURL:       l.str("AGENTA_RUNNER_DATABASE_URL", ""),
+		StoreURL:          l.str("AGENTA_RUNNER_STORE_URL", ""),
+		CheckpointEvery:   l.ms("AGENTA_RUNNER_WORKSPACE_CHECKPOINT_MS", 30_000),
+		PlatformMounts:    l.boolean("AGENTA_RUNNER_PLATFORM_MOUNTS", false),
+		KeyGateway:        l.boolean("AGENTA_RUNNER_KEY_GATEWAY", true),
+		KeepAlive:         l.boolean("AGENTA_RUNNER_SESSION_KEEPALIVE", true),
+		PoolMax:           l.lenientInt("AGENTA_RUNNER_SESSION_POOL_MAX", 8),
+		SessionTTL:        l.ms("AGENTA_RUNNER_SESSION_TTL_MS", 60_000),
+		ApprovalTTL:       l.ms("AGENTA_RUNNER_SESSION_APPROVAL_TTL_MS", 600_000),
+		HistoryMaxChars:   l.lenientInt("AGENTA_AGENT_HISTORY_MAX_CHARS", 100_000),
+		RunTotalTimeout:   l.ms("AGENTA_RUNNER_RUN_TOTAL_TIMEOUT_MS", 39_600_000),
+		RunIdleTimeout:    l.ms("AGENTA_RUNNER_RUN_IDLE_TIMEOUT_MS", 1_800_000),
+		RunTTFBTimeout:    l.ms("AGENTA_RUNNER_RUN_TTFB_TIMEOUT_MS", 120_000),
+		ToolCallTimeout:   l.ms("AGENTA_RUNNER_TOOL_CALL_TIMEOUT_MS", 1_800_000),
+		ToolsTimeout:      l.ms("AGENTA_AGENT_TOOLS_TIMEOUT", 30_000),
+		MCPHostAllowlist:  l.list("AGENTA_AGENT_MCPS_HOST_ALLOWLIST"),
+		ShutdownTimeout:   l.ms("AGENTA_RUNNER_SHUTDOWN_TIMEOUT_MS", 10_000),
+		PingInterval:      l.ms("AGENTA_RUNNER_STREAM_PING_MS", 15_000),
+		MetricsAddr:       l.listenAddr("AGENTA_RUNNER_METRICS_ADDR"),
 	}
 	c.HarnessDir = l.str("AGENTA_RUNNER_HARNESS_DIR", filepath.Join(c.DataDir, "harnesses"))
 	c.Platform = loadPlatform(l)

@@ -51,12 +51,17 @@ func (w *withLegacy) seenLegacy() bool {
 // reference contract does; retired credential fields are refused. The
 // history it carries grows every turn: decodeFast reads it by hand, and
 // the one-pass parse takes whatever it leaves.
-func Decode(body []byte) (*Request, error) {
+func Decode(body []byte) (*Request, error) { return (*HistoryCache)(nil).Decode(body) }
+
+// Decode is wire.Decode with the histories of earlier requests at hand:
+// the messages a request repeats are taken from the cache, not decoded
+// again. A nil cache is none.
+func (cache *HistoryCache) Decode(body []byte) (*Request, error) {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {
 		return nil, errdefs.Invalidf("Invalid JSON: empty body; send a run request object")
 	}
-	req, ok := decodeFast(body)
+	req, ok := decodeFast(body, cache)
 	if !ok {
 		var err error
 		if req, err = parse(body); err != nil {
@@ -133,8 +138,10 @@ func describe(err error) string {
 // validate checks the shape of fields the JSON types cannot.
 func (r *Request) validate() error {
 	for i := range r.Messages {
-		if c := &r.Messages[i].Content; c.Blocks == nil {
-			c.IsText = true // absent content is empty text
+		if c := &r.Messages[i].Content; c.Blocks == nil && !c.IsText {
+			// Absent content is empty text. (Written only when it was
+			// absent: cached messages are shared, and read-only.)
+			c.IsText = true
 		}
 	}
 	for i, m := range r.Messages {

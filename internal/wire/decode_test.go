@@ -35,8 +35,21 @@ func FuzzDecode(f *testing.F) {
 	for _, s := range seeds {
 		f.Add([]byte(s))
 	}
+	// Conversations long enough for the history cache, one the other's
+	// continuation.
+	f.Add(conversation(3))
+	f.Add(conversation(3, `{"role":"user","content":"more"}`))
+	cache := wire.NewHistoryCache(1 << 20) // shared by the inputs this process runs
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, err := wire.Decode(body)
+		// With the history of earlier inputs at hand, the same.
+		cached, cerr := cache.Decode(body)
+		if (err == nil) != (cerr == nil) || (err != nil && err.Error() != cerr.Error()) {
+			t.Fatalf("Decode error %v, with the cache %v", err, cerr)
+		}
+		if diff := cmp.Diff(req, cached); err == nil && diff != "" {
+			t.Fatalf("Decode differs with the cache (-plain +cached):\n%s", diff)
+		}
 		// Decode is held to the two-pass reference: same verdict, same
 		// request, same message.
 		ref, rerr := wire.ReferenceDecode(body)

@@ -47,6 +47,6 @@ func ReferenceDecode(body []byte) (*Request, error) {
 
 // TakesFastPath reports whether decodeFast reads body itself.
 func TakesFastPath(body []byte) bool {
-	_, ok := decodeFast(body)
+	_, ok := decodeFast(body, nil)
 	return ok
 }

@@ -17,11 +17,12 @@ import (
 // every error. FuzzDecode holds the result to the reference decoder.
 
 // decodeFast returns the decoded request, or ok false to say "decode it
-// the slow way" (the body may still be valid).
-func decodeFast(body []byte) (req *Request, ok bool) {
+// the slow way" (the body may still be valid). With a cache, a history
+// it has seen is not decoded again.
+func decodeFast(body []byte, cache *HistoryCache) (req *Request, ok bool) {
 	// One copy of the body as a string: the messages' texts are slices
 	// of it, not an allocation each.
-	p := scan{b: body, s: string(body)}
+	p := scan{b: body, s: string(body), cache: cache}
 	p.ws()
 	if !p.eat('{') {
 		return nil, false
@@ -109,9 +110,10 @@ func isASCII(b []byte) bool {
 
 // scan is a cursor over a JSON text, b, which s holds as a string.
 type scan struct {
-	b []byte
-	s string
-	i int
+	b     []byte
+	s     string
+	i     int
+	cache *HistoryCache // nil: none
 }
 
 func (p *scan) ws() {
@@ -287,8 +289,16 @@ func (p *scan) messages() ([]Message, bool) {
 	if p.literal("null") {
 		return nil, true
 	}
+	start := p.i
 	if !p.eat('[') {
 		return nil, false
+	}
+	// The history a request repeats: the messages of an earlier request
+	// whose array these bytes begin with, decoded then (the bytes are the
+	// same, so are the messages, and they were checked then).
+	seen, n := p.cache.lookup(p.b[start:])
+	if n > 0 {
+		p.i = start + n
 	}
 	// One allocation instead of a doubling copy of the history: a message
 	// is an object, so there are at most as many as there are braces (an
@@ -296,10 +306,17 @@ func (p *scan) messages() ([]Message, bool) {
 	// there is room for in the body (the shortest, {"role":""}, is 11
 	// bytes).
 	rest := p.b[p.i:]
-	msgs := make([]Message, 0, min(bytes.Count(rest, []byte{'{'}), len(rest)/11+1))
+	msgs := make([]Message, len(seen), len(seen)+min(bytes.Count(rest, []byte{'{'}), len(rest)/11+1))
+	copy(msgs, seen)
 	p.ws()
 	if p.eat(']') {
-		return msgs, true
+		if len(seen) == 0 {
+			return msgs, true
+		}
+		return p.remember(start, start+n, msgs)
+	}
+	if len(seen) > 0 && !p.eat(',') {
+		return nil, false
 	}
 	for {
 		p.ws()
@@ -308,14 +325,22 @@ func (p *scan) messages() ([]Message, bool) {
 			return nil, false
 		}
 		msgs = append(msgs, m)
+		end := p.i
 		p.ws()
 		if p.eat(']') {
-			return msgs, true
+			return p.remember(start, end, msgs)
 		}
 		if !p.eat(',') {
 			return nil, false
 		}
 	}
+}
+
+// remember offers the array's bytes from start to the end of its last
+// message, and its messages, to the cache.
+func (p *scan) remember(start, end int, msgs []Message) ([]Message, bool) {
+	p.cache.add(p.s[start:end], msgs)
+	return msgs, true
 }
 
 // message reads one message: by hand when it is {"role": string,
@@ -333,6 +358,9 @@ func (p *scan) message() (Message, bool) {
 	if json.Unmarshal(p.b[start:p.i], &m) != nil {
 		return Message{}, false
 	}
+	if m.Content.Blocks == nil {
+		m.Content.IsText = true // absent content is empty text, as validate has it
+	}
 	return m, true
 }
 
@@ -342,6 +370,7 @@ func (p *scan) simpleMessage() (Message, bool) {
 		return m, false
 	}
 	var haveRole, haveContent bool
+	m.Content.IsText = true // absent content is empty text, as validate has it
 	p.ws()
 	if p.eat('}') {
 		return m, true
