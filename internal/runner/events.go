@@ -177,15 +177,7 @@ func (l *eventLog) commit(ctx context.Context, batch []store.Event, begin, end *
 			return last, err
 		}
 		l.setBeginErr(nil)
-		if err != nil {
-			l.mu.Lock()
-			l.endErr = err
-			l.mu.Unlock()
-		}
-		if errors.Is(err, errdefs.ErrConflict) {
-			err = nil // the events are written; the first outcome stands
-		}
-		return last, err
+		return last, l.ended(err)
 	}
 	if begin != nil {
 		last, err := l.st.(store.TurnWriter).BeginTurnWithEvents(ctx, *begin, batch)
@@ -202,15 +194,7 @@ func (l *eventLog) commit(ctx context.Context, batch []store.Event, begin, end *
 	var err error
 	if tw, ok := l.st.(store.TurnWriter); ok {
 		_, last, err = tw.EndTurnWithEvents(ctx, *end, batch)
-		if err != nil {
-			l.mu.Lock()
-			l.endErr = err
-			l.mu.Unlock()
-		}
-		if errors.Is(err, errdefs.ErrConflict) {
-			err = nil // the events are written; the first outcome stands
-		}
-		return last, err
+		return last, l.ended(err)
 	}
 	if _, err := l.st.EndTurn(ctx, *end); err != nil {
 		l.mu.Lock()
@@ -218,6 +202,20 @@ func (l *eventLog) commit(ctx context.Context, batch []store.Event, begin, end *
 		l.mu.Unlock()
 	}
 	return l.st.AppendEvents(ctx, l.sessionID, batch)
+}
+
+// ended records err, the outcome's write error, and returns the log's:
+// a refused outcome (the first one stands) still wrote the events.
+func (l *eventLog) ended(err error) error {
+	if err != nil {
+		l.mu.Lock()
+		l.endErr = err
+		l.mu.Unlock()
+	}
+	if errors.Is(err, errdefs.ErrConflict) {
+		return nil
+	}
+	return err
 }
 
 func (l *eventLog) setBeginErr(err error) {

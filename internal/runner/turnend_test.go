@@ -97,19 +97,7 @@ func TestTurnEndsInOneCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := newEnvWithStore(t, []sandbox.Provider{p}, cs, func(c *runner.Config) { c.EventCommitDelay = time.Nanosecond })
-	var committedAtDone []int
-	for i, msgs := range [][]string{{"say one"}, {"say one", "one", "say two"}} {
-		res, err := e.svc.Run(t.Context(), req{session: "s", messages: msgs}.wire(), func(seq int64, ev wire.Event) {
-			if ev.Type == wire.EventDone {
-				cs.mu.Lock()
-				committedAtDone = append(committedAtDone, len(cs.ends))
-				cs.mu.Unlock()
-			}
-		})
-		if err != nil || !res.OK {
-			t.Fatalf("turn %d: %+v %v", i, res, err)
-		}
-	}
+	committedAtDone := coldThenWarm(t, e, cs)
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if cs.endTurns != 0 || len(cs.ends) != 2 {
@@ -132,6 +120,27 @@ func TestTurnEndsInOneCommit(t *testing.T) {
 	}
 }
 
+// coldThenWarm runs a cold turn then a warm one of session s and
+// returns how many outcomes cs had committed when each turn's done
+// arrived.
+func coldThenWarm(t *testing.T, e *env, cs *countingStore) []int {
+	t.Helper()
+	var committedAtDone []int
+	for i, msgs := range [][]string{{"say one"}, {"say one", "one", "say two"}} {
+		res, err := e.svc.Run(t.Context(), req{session: "s", messages: msgs}.wire(), func(seq int64, ev wire.Event) {
+			if ev.Type == wire.EventDone {
+				cs.mu.Lock()
+				committedAtDone = append(committedAtDone, len(cs.ends))
+				cs.mu.Unlock()
+			}
+		})
+		if err != nil || !res.OK {
+			t.Fatalf("turn %d: %+v %v", i, res, err)
+		}
+	}
+	return committedAtDone
+}
+
 // TestShortWarmTurnIsOneCommit: a warm turn that ends before its log
 // starts committing is written whole, begin, events and outcome, in one
 // transaction, and done still reaches the caller only after it.
@@ -147,19 +156,7 @@ func TestShortWarmTurnIsOneCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := newEnvWithStore(t, []sandbox.Provider{p}, cs, func(c *runner.Config) { c.EventCommitDelay = time.Hour })
-	var committedAtDone []int
-	for i, msgs := range [][]string{{"say one"}, {"say one", "one", "say two"}} {
-		res, err := e.svc.Run(t.Context(), req{session: "s", messages: msgs}.wire(), func(seq int64, ev wire.Event) {
-			if ev.Type == wire.EventDone {
-				cs.mu.Lock()
-				committedAtDone = append(committedAtDone, len(cs.ends))
-				cs.mu.Unlock()
-			}
-		})
-		if err != nil || !res.OK {
-			t.Fatalf("turn %d: %+v %v", i, res, err)
-		}
-	}
+	committedAtDone := coldThenWarm(t, e, cs)
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if diff := cmp.Diff([]string{"own", "whole"}, cs.begins); diff != "" {

@@ -38,15 +38,10 @@ func decodeFast(body []byte, cache *HistoryCache) (req *Request, ok bool) {
 		for {
 			p.ws()
 			start := p.i
-			key, ok := p.key()
+			key, ok := p.member()
 			if !ok {
 				return nil, false
 			}
-			p.ws()
-			if !p.eat(':') {
-				return nil, false
-			}
-			p.ws()
 			if string(key) == "messages" {
 				if haveMsgs {
 					return nil, false // a repeated key: the last wins, leave it to encoding/json
@@ -140,6 +135,20 @@ func (p *scan) peek() byte {
 		return p.b[p.i]
 	}
 	return 0
+}
+
+// member reads an object member's key and its colon, up to its value.
+func (p *scan) member() ([]byte, bool) {
+	key, ok := p.key()
+	if !ok {
+		return nil, false
+	}
+	p.ws()
+	if !p.eat(':') {
+		return nil, false
+	}
+	p.ws()
+	return key, true
 }
 
 // key reads an object key that needs no decoding (no escapes).
@@ -377,15 +386,10 @@ func (p *scan) simpleMessage() (Message, bool) {
 	}
 	for {
 		p.ws()
-		key, ok := p.key()
+		key, ok := p.member()
 		if !ok {
 			return m, false
 		}
-		p.ws()
-		if !p.eat(':') {
-			return m, false
-		}
-		p.ws()
 		switch {
 		case string(key) == "role" && !haveRole:
 			haveRole = true
