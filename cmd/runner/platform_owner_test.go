@@ -1,20 +1,15 @@
 package main
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"github.com/agentrunner/runner/internal/store/storetest"
 	"io"
 	"net/http"
-	"net/url"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/agentrunner/runner/internal/platform/platformtest"
-	"github.com/jackc/pgx/v5"
 )
 
 const heartbeatPath = "/sessions/streams/heartbeat"
@@ -203,35 +198,7 @@ func TestPlatformOwnerSharedStore(t *testing.T) {
 
 // sharedPostgresURL is RUNNER_TEST_POSTGRES_URL on a fresh schema, for
 // replicas sharing one store, or skips without it.
-func sharedPostgresURL(t *testing.T) string {
-	t.Helper()
-	base := os.Getenv("RUNNER_TEST_POSTGRES_URL")
-	if base == "" {
-		t.Skip("RUNNER_TEST_POSTGRES_URL is not set; CI sets it (see .ci/run)")
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "t_platform_" + hex.EncodeToString(b[:])
-	conn, err := pgx.Connect(t.Context(), base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(t.Context(), "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_, _ = conn.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
-		conn.Close(context.Background())
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
+func sharedPostgresURL(t *testing.T) string { return storetest.PostgresSchema(t) }
 
 func logCalls(t *testing.T, f *platformtest.Fake) {
 	if t.Failed() {

@@ -1,11 +1,6 @@
 package runner_test
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,40 +10,16 @@ import (
 	"github.com/agentrunner/runner/internal/sandbox/local"
 	"github.com/agentrunner/runner/internal/store"
 	"github.com/agentrunner/runner/internal/store/postgres"
-	"github.com/jackc/pgx/v5"
+	"github.com/agentrunner/runner/internal/store/storetest"
 )
 
 // sharedPostgres opens two stores on one fresh PostgreSQL schema, as two
 // replicas would, or skips when RUNNER_TEST_POSTGRES_URL is unset.
 func sharedPostgres(t *testing.T) (store.Store, store.Store) {
 	t.Helper()
-	base := os.Getenv("RUNNER_TEST_POSTGRES_URL")
-	if base == "" {
-		t.Skip("RUNNER_TEST_POSTGRES_URL is not set; CI sets it (see .ci/run)")
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "t_replicas_" + hex.EncodeToString(b[:])
-	conn, err := pgx.Connect(t.Context(), base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(t.Context(), "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_, _ = conn.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
-		conn.Close(context.Background())
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
+	dsn := storetest.PostgresSchema(t)
 	open := func() store.Store {
-		st, err := postgres.Open(t.Context(), u.String())
+		st, err := postgres.Open(t.Context(), dsn)
 		if err != nil {
 			t.Fatal(err)
 		}
