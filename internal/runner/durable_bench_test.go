@@ -19,6 +19,37 @@ import (
 	"github.com/agentrunner/runner/internal/workspace/fs"
 )
 
+// benchService is a Service on a local provider (isolation none) and a
+// SQLite store under dir, with the fake agent whose state dir is durable,
+// configured further by mod; shut down when b ends. It returns the
+// provider's sandboxes directory too.
+func benchService(b *testing.B, dir string, mod func(*runner.Config)) (*runner.Service, string) {
+	b.Helper()
+	sandboxes := filepath.Join(dir, "sandboxes")
+	p, err := local.New(local.Config{Dir: sandboxes, Isolation: "none"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := sqlite.Open(b.Context(), filepath.Join(dir, "runner.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	cfg := runner.Config{
+		Version: "bench", DefaultProvider: "local", ReplicaID: "bench",
+		Harnesses: map[string]agent.Spec{"fake": {Command: agenttest.Command(), StateDirs: []string{".fakeagent"}}},
+		BaseEnv:   []string{"PATH=/usr/bin:/bin"},
+		Logger:    slog.New(slog.DiscardHandler),
+	}
+	mod(&cfg)
+	svc, err := runner.New(cfg, []sandbox.Provider{p}, &acp.Driver{ClientVersion: "bench"}, st)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { svc.Shutdown(context.Background()) })
+	return svc, sandboxes
+}
+
 // BenchmarkColdTurnWorkspace: a cold turn in a fresh sandbox (local,
 // isolation none, fake agent) with no durable store, next to the same
 // turn whose session has a 1,000-file / 20 MB workspace to restore first
@@ -30,34 +61,15 @@ func BenchmarkColdTurnWorkspace(b *testing.B) {
 	}{{"no-store", 0}, {"restored-1000-files-20MB", 1000}} {
 		b.Run(tc.name, func(b *testing.B) {
 			dir := b.TempDir()
-			sandboxes := filepath.Join(dir, "sandboxes")
-			p, err := local.New(local.Config{Dir: sandboxes, Isolation: "none"})
-			if err != nil {
-				b.Fatal(err)
-			}
-			st, err := sqlite.Open(b.Context(), filepath.Join(dir, "runner.db"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer st.Close()
-			cfg := runner.Config{
-				Version: "bench", DefaultProvider: "local", ReplicaID: "bench",
-				Harnesses: map[string]agent.Spec{"fake": {Command: agenttest.Command(), StateDirs: []string{".fakeagent"}}},
-				BaseEnv:   []string{"PATH=/usr/bin:/bin"},
-				Logger:    slog.New(slog.DiscardHandler),
-			}
-			if tc.files > 0 {
-				base, err := fs.New(filepath.Join(dir, "store"))
-				if err != nil {
-					b.Fatal(err)
+			svc, sandboxes := benchService(b, dir, func(cfg *runner.Config) {
+				if tc.files > 0 {
+					base, err := fs.New(filepath.Join(dir, "store"))
+					if err != nil {
+						b.Fatal(err)
+					}
+					cfg.Workspaces = workspace.Configured{Base: base}
 				}
-				cfg.Workspaces = workspace.Configured{Base: base}
-			}
-			svc, err := runner.New(cfg, []sandbox.Provider{p}, &acp.Driver{ClientVersion: "bench"}, st)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer svc.Shutdown(context.Background())
+			})
 			run := func(msg string) {
 				res, err := svc.Run(context.Background(), req{session: "s", messages: []string{msg}}.wire(), nil)
 				if err != nil || !res.OK {

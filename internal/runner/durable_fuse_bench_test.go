@@ -6,19 +6,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 
-	"github.com/agentrunner/runner/internal/agent"
-	"github.com/agentrunner/runner/internal/agent/acp"
-	"github.com/agentrunner/runner/internal/agent/agenttest"
 	"github.com/agentrunner/runner/internal/runner"
-	"github.com/agentrunner/runner/internal/sandbox"
-	"github.com/agentrunner/runner/internal/sandbox/local"
-	"github.com/agentrunner/runner/internal/store/sqlite"
 	"github.com/agentrunner/runner/internal/workspace"
 	"github.com/agentrunner/runner/internal/workspace/rclone"
 	"github.com/agentrunner/runner/internal/workspace/s3"
@@ -68,32 +61,12 @@ func BenchmarkColdTurnLargeWorkspace(b *testing.B) {
 			} else {
 				putAll(b, sess, src)
 			}
-			dir := b.TempDir()
-			sandboxes := filepath.Join(dir, "sandboxes")
-			p, err := local.New(local.Config{Dir: sandboxes, Isolation: "none"})
-			if err != nil {
-				b.Fatal(err)
-			}
-			st, err := sqlite.Open(b.Context(), filepath.Join(dir, "runner.db"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer st.Close()
-			cfg := runner.Config{
-				Version: "bench", DefaultProvider: "local", ReplicaID: "bench",
-				Harnesses:  map[string]agent.Spec{"fake": {Command: agenttest.Command(), StateDirs: []string{".fakeagent"}}},
-				BaseEnv:    []string{"PATH=/usr/bin:/bin"},
-				Logger:     slog.New(slog.DiscardHandler),
-				Workspaces: workspace.Configured{Base: base},
-			}
-			if mode == "fuse-mount" {
-				cfg.Mounter = rclone.New(fuseCfg)
-			}
-			svc, err := runner.New(cfg, []sandbox.Provider{p}, &acp.Driver{ClientVersion: "bench"}, st)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer svc.Shutdown(context.Background())
+			svc, sandboxes := benchService(b, b.TempDir(), func(cfg *runner.Config) {
+				cfg.Workspaces = workspace.Configured{Base: base}
+				if mode == "fuse-mount" {
+					cfg.Mounter = rclone.New(fuseCfg)
+				}
+			})
 			for b.Loop() {
 				b.StopTimer()
 				// A fresh sandbox: nothing of the session left on this host.
