@@ -156,6 +156,18 @@ type Spec struct {
 	// relative to $HOME, kept in the durable workspace so a fresh sandbox
 	// can session/load (credential files and SQLite databases excluded).
 	StateDirs []string
+	// KeyedDirs are directories under StateDirs whose entries are named
+	// after the working directory (Claude's projects/<key>): a restore
+	// into a sandbox with another working directory moves them to its
+	// key, or the harness would not find its own transcript.
+	KeyedDirs []KeyedDir `json:"-"`
+}
+
+// KeyedDir is a directory of a harness's state whose entries are named by
+// Key of the working directory the harness ran in.
+type KeyedDir struct {
+	Dir string // relative to $HOME
+	Key func(cwd string) string
 }
 
 // ExitError reports a harness that died during a session.

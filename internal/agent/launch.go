@@ -9,6 +9,7 @@ func Builtin(name string, command []string) Spec {
 	case "claude":
 		s.Instructions = "CLAUDE.md"
 		s.StateDirs = []string{".claude/projects"}
+		s.KeyedDirs = []KeyedDir{{Dir: ".claude/projects", Key: ClaudeProjectKey}}
 		// claude-agent-acp resumes a session only through the SDK option.
 		s.LoadMeta = func(id string) map[string]any {
 			return map[string]any{"claudeCode": map[string]any{"options": map[string]any{"resume": id}}}
@@ -19,10 +20,13 @@ func Builtin(name string, command []string) Spec {
 		s.StateDirs = []string{".local/share/opencode"}
 	case "pi_core", "pi_agenta":
 		s.StateDirs = []string{".pi/agent/sessions"}
+		s.KeyedDirs = []KeyedDir{{Dir: ".pi/agent/sessions", Key: PiSessionKey}}
 		s.NoMCP = true         // pi-acp does not forward ACP mcpServers
 		s.NoPermissions = true // pi runs its tools without session/request_permission
 	case "gemini":
 		s.UnreliableLoad = true // gemini-cli 0.61 session/load loses history
+		// Its tmp/<key> is a hash of the project root; it is never loaded
+		// natively (UnreliableLoad), so nothing is moved.
 		s.StateDirs = []string{".gemini/tmp"}
 	}
 	return s

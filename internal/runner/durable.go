@@ -65,6 +65,10 @@ type durable struct {
 	// watches follow the mounts' trees where the provider can (nil
 	// otherwise): a checkpoint then reads only the directories changed.
 	watches []sandbox.TreeWatch
+	// record is the working directory the transcript is kept under,
+	// to be written by the next checkpoint when dirty (durable_rekey.go).
+	record      workdirRecord
+	recordDirty bool
 }
 
 // treeOf is what mount i is scanned through.
@@ -176,6 +180,11 @@ func (t *turn) acquireWorkspace(ctx context.Context, lv *live) (err error) {
 			return fmt.Errorf("durable workspace: restore %s: %w", m.Name, err)
 		}
 		d.bases[i] = man
+		if m.Name == "transcript" {
+			if err := d.rekeyTranscript(ctx, t, i, t.plan.harness.spec.KeyedDirs, info.Workdir); err != nil {
+				return fmt.Errorf("durable workspace: %w", err)
+			}
+		}
 		if m.Name == "workspace" {
 			if err := refuseFuseWritten(ctx, t, m.Store, man); err != nil {
 				return err
@@ -359,6 +368,11 @@ func (d *durable) checkpoint(ctx context.Context, t *turn) error {
 		return err
 	}
 	for i, m := range d.mounts {
+		if m.Name == "transcript" {
+			if err := d.writeRecord(ctx, i); err != nil {
+				return fmt.Errorf("durable workspace: checkpoint %s: %w", m.Name, err)
+			}
+		}
 		man, st, err := workspace.Checkpoint(ctx, d.treeOf(i), m, d.bases[i])
 		if err != nil {
 			return fmt.Errorf("durable workspace: checkpoint %s: %w", m.Name, err)

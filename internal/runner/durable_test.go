@@ -38,7 +38,7 @@ func durableEnv(t *testing.T, st store.Store, storeDir string, opts ...option) *
 	all := append([]option{func(c *runner.Config) {
 		c.KeepAlive = false
 		c.Workspaces = workspace.Configured{Base: base}
-		c.Harnesses["fake"] = agent.Spec{Command: agenttest.Command(), StateDirs: []string{".fakeagent"}}
+		c.Harnesses["fake"] = agent.Spec{Command: agenttest.Command(), StateDirs: []string{agenttest.StateDir}, KeyedDirs: agenttest.KeyedDirs()}
 	}}, opts...)
 	return newEnvWithStore(t, []sandbox.Provider{p}, st, all...)
 }
@@ -76,6 +76,45 @@ func TestWorkspaceFollowsTheSessionToANewRunner(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("second runner's turn lacks %q:\n%s", want, out)
 		}
+	}
+	_ = second.svc.Shutdown(context.Background())
+
+	// The fake agent keys its transcript by the working directory, as
+	// Claude does, and every runner's differs: the store keeps it under
+	// the second's key alone, and a third runner moves it again.
+	keyed := filepath.Join(storeDir, "sessions/p/s", workspace.MetaDir, "home", agenttest.StateDir)
+	if dirs, err := os.ReadDir(keyed); err != nil || len(dirs) != 1 {
+		t.Errorf("keyed transcript dirs in the store: %v %v, want one", dirs, err)
+	}
+	third := durableEnv(t, st, storeDir)
+	three := third.turn(t, req{session: "s", messages: []string{"exec echo kept > notes.txt", one.res.Output, "read notes.txt", two.res.Output, "history"}})
+	if three.mode != "load" || !strings.Contains(three.res.Output, "history 2:") || !strings.Contains(three.res.Output, "remember heron | read notes.txt") {
+		t.Fatalf("third runner: mode %q, output:\n%s", three.mode, three.res.Output)
+	}
+}
+
+// TestTranscriptMoveSurvivesAnInterruptedCheckpoint: the record names
+// the new working directory but the checkpoint that would have moved the
+// transcript never landed (the record is written first): the next
+// sandbox still finds it under the previous one.
+func TestTranscriptMoveSurvivesAnInterruptedCheckpoint(t *testing.T) {
+	st := sharedStore(t)
+	storeDir := t.TempDir()
+	first := durableEnv(t, st, storeDir)
+	one := first.turn(t, req{session: "s", messages: []string{"exec pwd\nsay remember heron"}})
+	_ = first.svc.Shutdown(context.Background())
+	pwd := strings.Split(strings.TrimPrefix(one.res.Output, "exec exit 0\n"), "\n")[0]
+	if !filepath.IsAbs(pwd) {
+		t.Fatalf("first turn's pwd: %q in %q", pwd, one.res.Output)
+	}
+	rec, _ := json.Marshal(map[string]string{"workdir": "/a/sandbox/that/died", "previous": pwd})
+	if err := os.WriteFile(filepath.Join(storeDir, "sessions/p/s", workspace.MetaDir, "home", workspace.MetaDir, "workdir.json"), rec, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	second := durableEnv(t, st, storeDir)
+	two := second.turn(t, req{session: "s", messages: []string{"exec pwd\nsay remember heron", one.res.Output, "history"}})
+	if two.mode != "load" || !strings.Contains(two.res.Output, "history 1:") {
+		t.Fatalf("second runner: mode %q, output:\n%s", two.mode, two.res.Output)
 	}
 }
 
@@ -194,7 +233,7 @@ func TestDaytonaWorkspaceSurvivesDeletedSandbox(t *testing.T) {
 	}
 	e := newRemoteEnv(t, fake, nil, func(c *runner.Config) {
 		c.Workspaces = workspace.Configured{Base: base}
-		c.Harnesses["fake"] = agent.Spec{Command: agenttest.Command(), StateDirs: []string{".fakeagent"}}
+		c.Harnesses["fake"] = agent.Spec{Command: agenttest.Command(), StateDirs: []string{agenttest.StateDir}, KeyedDirs: agenttest.KeyedDirs()}
 	})
 	msgs := []string{"exec echo kept > notes.txt && mkdir -p src/empty && printf '#!/bin/sh\\n' > run.sh && chmod 750 run.sh && ln -s notes.txt link && head -c 300000 /dev/urandom > big.bin && sha256sum big.bin\nsay remember otter"}
 	first := e.turn(t, req{session: "s", messages: msgs}.wire())

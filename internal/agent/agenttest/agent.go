@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentrunner/runner/internal/agent"
 	"github.com/agentrunner/runner/internal/jsonrpc"
 )
 
@@ -93,18 +94,20 @@ func (a *fakeAgent) cancelAll() {
 	}
 }
 
-func storeDir() string {
+// storeDir is where sessions run in cwd are kept: like Claude Code's
+// projects/<key>, named after the working directory (StateDir, KeyedDirs).
+func storeDir(cwd string) string {
 	home := os.Getenv("HOME")
 	if home == "" {
 		home = os.TempDir()
 	}
-	return filepath.Join(home, ".fakeagent")
+	return filepath.Join(home, StateDir, agent.ClaudeProjectKey(cwd))
 }
 
 func (s *session) save() {
-	_ = os.MkdirAll(storeDir(), 0o700)
+	_ = os.MkdirAll(storeDir(s.Cwd), 0o700)
 	b, _ := json.Marshal(s)
-	_ = os.WriteFile(filepath.Join(storeDir(), s.ID+".json"), b, 0o600)
+	_ = os.WriteFile(filepath.Join(storeDir(s.Cwd), s.ID+".json"), b, 0o600)
 }
 
 func (a *fakeAgent) handle(ctx context.Context, method string, params json.RawMessage, notify bool) (any, error) {
@@ -146,12 +149,16 @@ func (a *fakeAgent) handle(ctx context.Context, method string, params json.RawMe
 	case "session/load":
 		var p struct {
 			SessionID  string          `json:"sessionId"`
+			Cwd        string          `json:"cwd"`
 			MCPServers []mcpServerSpec `json:"mcpServers"`
 		}
 		if err := json.Unmarshal(params, &p); err != nil {
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
 		}
-		b, err := os.ReadFile(filepath.Join(storeDir(), filepath.Base(p.SessionID)+".json"))
+		if !filepath.IsAbs(p.Cwd) {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "cwd must be absolute"}
+		}
+		b, err := os.ReadFile(filepath.Join(storeDir(p.Cwd), filepath.Base(p.SessionID)+".json"))
 		if err != nil {
 			return nil, &jsonrpc.Error{Code: -32002, Message: "session not found: " + p.SessionID}
 		}
@@ -159,7 +166,7 @@ func (a *fakeAgent) handle(ctx context.Context, method string, params json.RawMe
 		if err := json.Unmarshal(b, s); err != nil {
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternal, Message: err.Error()}
 		}
-		s.MCP = p.MCPServers
+		s.MCP, s.Cwd = p.MCPServers, p.Cwd
 		a.mu.Lock()
 		a.sessions[s.ID] = s
 		a.mu.Unlock()

@@ -6,14 +6,26 @@
 // The agent's behaviour for a turn is the prompt text itself, one
 // directive per line (see Directives); a prompt whose first word is not a
 // directive is echoed back as "echo: <text>". Sessions are stored as files
-// under $HOME/.fakeagent so session/load works across processes.
+// under $HOME/.fakeagent/<key of the cwd>, as Claude Code keeps them, so
+// session/load works across processes in the same working directory.
 package agenttest
 
 import (
 	"os"
 
+	"github.com/agentrunner/runner/internal/agent"
 	"github.com/agentrunner/runner/internal/jsonrpc"
 )
+
+// StateDir is the fake agent's state directory under $HOME
+// (agent.Spec.StateDirs).
+const StateDir = ".fakeagent"
+
+// KeyedDirs are the fake agent's directories named after the working
+// directory, for agent.Spec.KeyedDirs.
+func KeyedDirs() []agent.KeyedDir {
+	return []agent.KeyedDir{{Dir: StateDir, Key: agent.ClaudeProjectKey}}
+}
 
 // Arg is the argument that turns the test binary into the fake agent.
 const Arg = "__fake_acp_agent__"
