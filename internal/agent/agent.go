@@ -168,6 +168,15 @@ type Spec struct {
 type KeyedDir struct {
 	Dir string // relative to $HOME
 	Key func(cwd string) string
+	// FirstLine rewrites the first line of a moved file that names the
+	// working directory, for a harness that refuses a transcript whose
+	// recorded one is gone (Pi's session header); nil moves files as
+	// they are. It returns line unchanged when it names no cwd.
+	FirstLine func(line []byte, from, to string) []byte
+	// Drop are files (relative to $HOME) that name the old paths and are
+	// removed with a move: pi-acp's session map, whose stale file path
+	// it would trust over finding the session itself.
+	Drop []string
 }
 
 // ExitError reports a harness that died during a session.

@@ -20,7 +20,7 @@ func Builtin(name string, command []string) Spec {
 		s.StateDirs = []string{".local/share/opencode"}
 	case "pi_core", "pi_agenta":
 		s.StateDirs = []string{".pi/agent/sessions"}
-		s.KeyedDirs = []KeyedDir{{Dir: ".pi/agent/sessions", Key: PiSessionKey}}
+		s.KeyedDirs = []KeyedDir{{Dir: ".pi/agent/sessions", Key: PiSessionKey, FirstLine: PiSessionHeader, Drop: []string{".pi/pi-acp/session-map.json"}}}
 		s.NoMCP = true         // pi-acp does not forward ACP mcpServers
 		s.NoPermissions = true // pi runs its tools without session/request_permission
 	case "gemini":

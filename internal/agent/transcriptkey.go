@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"bytes"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -50,4 +52,29 @@ func PiSessionKey(cwd string) string {
 		cwd = cwd[1:]
 	}
 	return "--" + strings.NewReplacer("/", "-", `\`, "-", ":", "-").Replace(cwd) + "--"
+}
+
+// PiSessionHeader moves a Pi session file's header line
+// ({"type":"session",…,"cwd":…}) from one working directory to another:
+// pi exits ("Stored session working directory does not exist") when the
+// header's cwd is missing.
+func PiSessionHeader(line []byte, from, to string) []byte {
+	body, nl := bytes.CutSuffix(line, []byte("\n"))
+	var h map[string]json.RawMessage
+	if json.Unmarshal(body, &h) != nil {
+		return line
+	}
+	var typ, cwd string
+	if json.Unmarshal(h["type"], &typ) != nil || typ != "session" || json.Unmarshal(h["cwd"], &cwd) != nil || cwd != from {
+		return line
+	}
+	h["cwd"], _ = json.Marshal(to)
+	out, err := json.Marshal(h)
+	if err != nil {
+		return line
+	}
+	if nl {
+		out = append(out, '\n')
+	}
+	return out
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -22,6 +23,23 @@ func TestTranscriptKeys(t *testing.T) {
 		}
 		if got := PiSessionKey(tc.cwd); got != tc.pi {
 			t.Errorf("PiSessionKey(%q) = %q, want %q", tc.cwd, got, tc.pi)
+		}
+	}
+}
+
+func TestPiSessionHeader(t *testing.T) {
+	line := []byte(`{"type":"session","version":3,"id":"x","timestamp":"t","cwd":"/old/work"}` + "\n")
+	got := PiSessionHeader(line, "/old/work", "/new/work")
+	var h struct {
+		Type, ID, Cwd string
+		Version       int
+	}
+	if err := json.Unmarshal(got, &h); err != nil || h.Cwd != "/new/work" || h.ID != "x" || h.Version != 3 || !strings.HasSuffix(string(got), "}\n") {
+		t.Errorf("header %s: %+v %v", got, h, err)
+	}
+	for _, keep := range []string{`{"type":"message","cwd":"/old/work"}` + "\n", `{"type":"session","cwd":"/other"}`, "not json\n"} {
+		if got := PiSessionHeader([]byte(keep), "/old/work", "/new/work"); string(got) != keep {
+			t.Errorf("PiSessionHeader(%q) = %q, want it unchanged", keep, got)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/agentrunner/runner/internal/agent"
@@ -108,13 +110,15 @@ func moveKeyed(ctx context.Context, tr workspace.Tree, root string, man workspac
 		if len(paths) == 0 {
 			continue
 		}
-		n, err := copyRenamed(ctx, tr, root, paths, src, dst, tw)
+		n, err := copyRenamed(ctx, tr, root, paths, src, dst, tw, k.FirstLine, from, to)
 		if err != nil {
 			return 0, err
 		}
 		moved += n
-		if err := tw.WriteHeader(tree.DeleteHeader(src)); err != nil {
-			return 0, err
+		for _, drop := range append([]string{src}, k.Drop...) {
+			if err := tw.WriteHeader(tree.DeleteHeader(drop)); err != nil {
+				return 0, err
+			}
 		}
 	}
 	if moved == 0 {
@@ -126,9 +130,14 @@ func moveKeyed(ctx context.Context, tr workspace.Tree, root string, man workspac
 	return moved, tr.Import(ctx, root, &buf)
 }
 
+// maxFirstLine bounds the first line a FirstLine rewrite reads: a header,
+// not a transcript.
+const maxFirstLine = 64 << 10
+
 // copyRenamed exports paths from the tree and writes them to tw with the
-// prefix src replaced by dst.
-func copyRenamed(ctx context.Context, tr workspace.Tree, root string, paths []string, src, dst string, tw *tar.Writer) (int, error) {
+// prefix src replaced by dst, each file's first line through firstLine
+// (when set) from the working directory from to to.
+func copyRenamed(ctx context.Context, tr workspace.Tree, root string, paths []string, src, dst string, tw *tar.Writer, firstLine func([]byte, string, string) []byte, from, to string) (int, error) {
 	rc, err := tr.Export(ctx, root, paths)
 	if err != nil {
 		return 0, err
@@ -149,10 +158,22 @@ func copyRenamed(ctx context.Context, tr workspace.Tree, root string, paths []st
 			return 0, fmt.Errorf("export %s: unexpected entry %q", src, hdr.Name)
 		}
 		hdr.Name = dst + strings.TrimPrefix(name, src)
+		var body io.Reader = r
+		if firstLine != nil && hdr.Typeflag == tar.TypeReg && hdr.Size > 0 {
+			br := bufio.NewReaderSize(io.LimitReader(r, hdr.Size), maxFirstLine)
+			line, err := br.ReadSlice('\n')
+			if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, bufio.ErrBufferFull) {
+				return 0, fmt.Errorf("export %s: %w", hdr.Name, err)
+			}
+			line = slices.Clone(line)
+			moved := firstLine(line, from, to)
+			hdr.Size += int64(len(moved) - len(line))
+			body = io.MultiReader(bytes.NewReader(moved), br)
+		}
 		if err := tw.WriteHeader(hdr); err != nil {
 			return 0, err
 		}
-		if _, err := io.Copy(tw, r); err != nil {
+		if _, err := io.Copy(tw, body); err != nil {
 			return 0, fmt.Errorf("export %s: %w", src, err)
 		}
 		n++
