@@ -55,6 +55,10 @@ func TestPlatformOwnerRefusesOtherReplicasSession(t *testing.T) {
 	if o := f.Owner("own1"); o != "replica-a" {
 		t.Fatalf("platform owner %q, want replica-a", o)
 	}
+	// The mirror delivers off the turn's path: count once it has all.
+	f.Wait(t, "the owner's done record and completed turn", func() bool {
+		return hasRecord(f, "own1", "done")() && len(f.Completed("own1")) == 1
+	})
 	ingested := len(f.CallsTo("/sessions/records/ingest"))
 
 	_, err := b.client.Run(t.Context(), agentaRequest(f, "own1", "what is the password?", nil))
@@ -182,6 +186,13 @@ func TestPlatformOwnerSharedStore(t *testing.T) {
 	if o := f.Owner("pg1"); o != "replica-a" {
 		t.Fatalf("platform owner %q, want replica-a still", o)
 	}
+	// The fake agent marks a prompt that replays a transcript (the
+	// session's history, read from the shared log) before it sleeps: kill
+	// only once the prompt is there, however slowly a loaded machine
+	// starts the harness.
+	f.Wait(t, "the replayed prompt in replica-b's session log", func() bool {
+		return strings.Contains(sessionLog(t, b.base, "pg1"), "[replayed]")
+	})
 	resp = post(t, b.base+"/kill", kill)
 	resp.Body.Close()
 	r := platformtest.WaitFor(t, "the killed turn's result", done)
@@ -194,6 +205,20 @@ func TestPlatformOwnerSharedStore(t *testing.T) {
 	if evs, _ := json.Marshal(r.out.Events); !strings.Contains(string(evs), "[replayed]") {
 		t.Errorf("replica-b did not replay the session's history: %s", evs)
 	}
+}
+
+// sessionLog is a session's event log as /v1 serves it (NDJSON).
+func sessionLog(t *testing.T, base, id string) string {
+	t.Helper()
+	req, _ := http.NewRequest("GET", base+"/v1/sessions/"+id+"/events", nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
 
 // sharedPostgresURL is RUNNER_TEST_POSTGRES_URL on a fresh schema, for
