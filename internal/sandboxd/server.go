@@ -93,6 +93,8 @@ type Server struct {
 	claims   map[string]string      // accept claim → entry id
 	closed   bool
 	sequence int
+
+	trees treeWatches // tree_watch.go
 }
 
 // NewServer returns a daemon serving cfg.
@@ -183,6 +185,7 @@ func (s *Server) Close() error {
 	for _, e := range es {
 		e.stop()
 	}
+	s.trees.close()
 	s.wg.Wait()
 	return nil
 }

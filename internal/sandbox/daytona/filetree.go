@@ -8,7 +8,10 @@ import (
 	"github.com/agentrunner/runner/internal/workspace/tree"
 )
 
-var _ sandbox.FileTree = (*Sandbox)(nil)
+var (
+	_ sandbox.FileTree    = (*Sandbox)(nil)
+	_ sandbox.TreeWatcher = (*Sandbox)(nil)
+)
 
 // Scan implements sandbox.FileTree through the sandbox's daemon, which
 // hashes the files where they are.
@@ -24,4 +27,12 @@ func (s *Sandbox) Export(ctx context.Context, root string, paths []string) (io.R
 // Import implements sandbox.FileTree.
 func (s *Sandbox) Import(ctx context.Context, root string, r io.Reader) error {
 	return s.daemon.TreeImport(ctx, root, r)
+}
+
+// WatchTree implements sandbox.TreeWatcher: the daemon follows the tree
+// with inotify inside the sandbox, and a checkpoint's scan brings back
+// only what changed since the previous one. A daemon without watches (an
+// older binary baked into a snapshot) gets full scans, as before.
+func (s *Sandbox) WatchTree(root string, opt tree.ScanOptions) (sandbox.TreeWatch, error) {
+	return s.daemon.WatchTree(root, opt)
 }
