@@ -3,7 +3,10 @@ package daytona_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -76,4 +79,45 @@ func BenchmarkResumeFromStopped(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(calls)/float64(b.N), "api-calls/op")
+}
+
+// BenchmarkCheckpointRemote: the incremental checkpoint of a 10,000-file
+// workspace in a sandbox of the fake (a real sandboxd on loopback, so
+// the transfer costs only what the bytes cost here), nothing changed and
+// one file changed: through the daemon's watch (a delta back), and with
+// a full scan each time (every entry both ways). scan-B/op is what the
+// scans moved over the connection.
+func BenchmarkCheckpointRemote(b *testing.B) {
+	r := newRemoteTree(b, 10_000)
+	i := 0
+	for _, mode := range []string{"watched", "full-scan"} {
+		checkpoint := r.checkpoint
+		if mode == "full-scan" {
+			checkpoint = r.checkpointFull
+		}
+		checkpoint(b)
+		run := func(name string, change bool) {
+			b.Run(mode+"/"+name, func(b *testing.B) {
+				var moved int64
+				for b.Loop() {
+					if change {
+						b.StopTimer()
+						i++
+						if err := os.WriteFile(filepath.Join(r.root, "d042/f04200.txt"), fmt.Appendf(nil, "version %d", i), 0o644); err != nil {
+							b.Fatal(err)
+						}
+						b.StartTimer()
+					}
+					st, n := checkpoint(b)
+					if change && st.Transferred != 1 || !change && st.Wrote {
+						b.Fatalf("checkpoint: %+v", st)
+					}
+					moved += n
+				}
+				b.ReportMetric(float64(moved)/float64(b.N), "scan-B/op")
+			})
+		}
+		run("unchanged", false)
+		run("one-changed", true)
+	}
 }
