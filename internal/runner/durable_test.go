@@ -241,6 +241,15 @@ func TestDaytonaWorkspaceSurvivesDeletedSandbox(t *testing.T) {
 		t.Fatalf("first turn: %q", first.res.Output)
 	}
 	sum := strings.Fields(first.res.Output[strings.Index(first.res.Output, "exec exit 0")+len("exec exit 0"):])[0]
+	watches := 0
+	for _, c := range fake.Calls() {
+		if c.Method == "POST" && strings.HasSuffix(c.Path, "/v1/tree/watch") {
+			watches++
+		}
+	}
+	if watches == 0 {
+		t.Error("the workspace was not checkpointed through sandboxd's tree watch")
+	}
 	sess, _ := e.st.GetSession(t.Context(), "s")
 	e.svc.Kill(t.Context(), "s", "p")
 	fake.Remove(sess.SandboxID)
