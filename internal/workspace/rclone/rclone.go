@@ -26,6 +26,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -187,7 +188,16 @@ func (m *Mounter) start(ctx context.Context, store string, lb workspace.Loopback
 		"RCLONE_CONFIG_WS_FORCE_PATH_STYLE=true",
 		"RCLONE_CONFIG_WS_NO_CHECK_BUCKET=true",
 	}
-	cmd.Stdout, cmd.Stderr = &mp.out, &mp.out
+	// rclone's output goes to a file, not a pipe: a pipe's reading end
+	// dies with the runner, and rclone, writing "signal received" to it,
+	// would die of SIGPIPE before it unmounts.
+	logf, err := os.OpenFile(filepath.Join(cache, "rclone.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("rclone log: %w", err)
+	}
+	defer logf.Close() // rclone has its own descriptor once started
+	mp.log = logf.Name()
+	cmd.Stdout, cmd.Stderr = logf, logf
 	// rclone unmounts on SIGTERM: sent when the runner dies, so a killed
 	// runner leaves no mount behind. The signal follows the thread that
 	// started the child, so that thread stays locked until rclone exits.
@@ -233,7 +243,7 @@ type mountPoint struct {
 	dir   string
 	cache string
 	cmd   *exec.Cmd
-	out   tailBuffer
+	log   string // rclone's output
 
 	exited  chan struct{}
 	waitErr error // set before exited closes
@@ -257,13 +267,13 @@ func (mp *mountPoint) ready(ctx context.Context) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("rclone mount of %s at %s: not mounted after %s: %s", mp.store, mp.dir, mp.m.cfg.ReadyTimeout, mp.out.String())
+			return fmt.Errorf("rclone mount of %s at %s: not mounted after %s: %s", mp.store, mp.dir, mp.m.cfg.ReadyTimeout, logTail(mp.log))
 		}
 	}
 }
 
 func (mp *mountPoint) exitErr() error {
-	return workspace.StoreError(mp.store, "fuse mount at "+mp.dir, fmt.Errorf("rclone exited (%v): %s", mp.waitErr, strings.TrimSpace(mp.out.String())))
+	return workspace.StoreError(mp.store, "fuse mount at "+mp.dir, fmt.Errorf("rclone exited (%v): %s", mp.waitErr, strings.TrimSpace(logTail(mp.log))))
 }
 
 // Err implements workspace.MountPoint.
@@ -307,8 +317,12 @@ func (mp *mountPoint) dirty() (int, error) {
 		if err != nil {
 			return err
 		}
+		// rclone rewrites a metadata file in place (truncate, then
+		// write): one read mid-rewrite is empty or cut short. Unreadable
+		// counts as not yet uploaded, so Flush reads it again rather
+		// than take a file it cannot see for uploaded.
 		var meta struct{ Dirty bool }
-		if json.Unmarshal(b, &meta) == nil && meta.Dirty {
+		if err := json.Unmarshal(b, &meta); err != nil || meta.Dirty {
 			n++
 		}
 		return nil
@@ -443,26 +457,17 @@ func Sweep(cfg Config, root string) []string {
 	return swept
 }
 
-// tailBuffer keeps the last few KiB of rclone's output, for errors.
-type tailBuffer struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-const tailMax = 4 << 10
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if len(t.buf) > tailMax {
-		t.buf = append([]byte(nil), t.buf[len(t.buf)-tailMax:]...)
+// logTail is the last few KiB of rclone's output, for errors.
+func logTail(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
 	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(bytes.TrimSpace(t.buf))
+	defer f.Close()
+	const tailMax = 4 << 10
+	if st, err := f.Stat(); err == nil && st.Size() > tailMax {
+		_, _ = f.Seek(st.Size()-tailMax, io.SeekStart)
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, 4<<10))
+	return string(bytes.TrimSpace(b))
 }
