@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/agentrunner/runner/internal/platform/platformtest"
 	"github.com/agentrunner/runner/internal/wire"
@@ -36,13 +38,32 @@ type platformServe struct {
 
 func startPlatformRunner(t *testing.T, extra ...string) *platformServe {
 	t.Helper()
-	port := freePort(t)
+	// A free port can be taken by another test between freePort and the
+	// runner's bind: then the runner exits saying so, and we try another.
+	for attempt := 1; ; attempt++ {
+		r, stderr, exited := servePlatformRunner(t, freePort(t), extra...)
+		if !exited {
+			return r
+		}
+		if attempt == 3 || !strings.Contains(stderr, "address already in use") {
+			t.Fatalf("runner serve exited at start:\n%s", stderr)
+		}
+	}
+}
+
+// servePlatformRunner starts `runner serve` on port and waits until it is
+// healthy, or has exited (then with its stderr).
+func servePlatformRunner(t *testing.T, port int, extra ...string) (*platformServe, string, bool) {
+	t.Helper()
 	env := testEnv(t, append([]string{"AGENTA_RUNNER_TOKEN=" + testToken, "AGENTA_RUNNER_PORT=" + strconv.Itoa(port),
 		"AGENTA_RUNNER_PLATFORM_HEARTBEAT_MS=50"}, extra...)...)
 	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
 	var stderr syncBuffer
-	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"serve"}, env, nil, io.Discard, &stderr) }()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		run(ctx, []string{"serve"}, env, nil, io.Discard, &stderr)
+	}()
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
@@ -57,8 +78,24 @@ func startPlatformRunner(t *testing.T, extra ...string) *platformServe {
 		}
 	})
 	base := "http://127.0.0.1:" + strconv.Itoa(port)
-	waitHealthy(t, base)
-	return &platformServe{client: &platformtest.Client{URL: base, Token: testToken}, base: base, stop: stop}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := http.Get(base + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return &platformServe{client: &platformtest.Client{URL: base, Token: testToken}, base: base, stop: stop}, "", false
+			}
+		}
+		select {
+		case <-done:
+			return nil, stderr.String(), true
+		case <-time.After(20 * time.Millisecond): // polling the new server
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("runner never became healthy: %v", err)
+		}
+	}
 }
 
 // agentaRequest is a run as Agenta's services send it: no projectId, the
