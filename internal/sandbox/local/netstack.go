@@ -61,24 +61,24 @@ type netstack struct {
 	forwards []string
 }
 
-// newNetstack checks what mode "on" needs. Its error names the cause and
-// the fix; the provider keeps it and refuses every "on" sandbox with it.
-func newNetstack(cfg Config) (*netstack, error) {
-	n := &netstack{}
+// check finds what mode "on" needs, for an n whose allow entries are
+// parsed. Its error names the cause and the fix; the provider keeps it and
+// refuses every "on" sandbox with it.
+func (n *netstack) check(cfg Config) error {
 	var err error
 	slirp := cfg.Slirp4netns
 	if slirp == "" {
 		slirp = "slirp4netns"
 	}
 	if n.slirp, err = exec.LookPath(slirp); err != nil {
-		return nil, fmt.Errorf("slirp4netns not found (%w); install the slirp4netns package (apt-get install slirp4netns)", err)
+		return fmt.Errorf("slirp4netns not found (%w); install the slirp4netns package (apt-get install slirp4netns)", err)
 	}
 	nsenter := cfg.Nsenter
 	if nsenter == "" {
 		nsenter = "nsenter"
 	}
 	if n.nsenter, err = exec.LookPath(nsenter); err != nil {
-		return nil, fmt.Errorf("nsenter not found (%w); install util-linux", err)
+		return fmt.Errorf("nsenter not found (%w); install util-linux", err)
 	}
 	// The installer is this very binary (see init in netrules.go). Not by
 	// /proc/<pid>/exe: inside the sandbox's user namespace the installer may
@@ -87,7 +87,7 @@ func newNetstack(cfg Config) (*netstack, error) {
 		n.setup, err = filepath.EvalSymlinks(n.setup)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("locate the runner binary for the network installer: %w", err)
+		return fmt.Errorf("locate the runner binary for the network installer: %w", err)
 	}
 	tun := cfg.TunDevice
 	if tun == "" {
@@ -95,25 +95,22 @@ func newNetstack(cfg Config) (*netstack, error) {
 	}
 	f, err := os.OpenFile(tun, os.O_RDWR, 0)
 	if err != nil {
-		return nil, fmt.Errorf("%s is not usable (%w); slirp4netns needs it: load the tun module, make the device readable and writable by the runner's user (mode 0666 is the default), and in a container pass it in (docker run --device /dev/net/tun)", tun, err)
+		return fmt.Errorf("%s is not usable (%w); slirp4netns needs it: load the tun module, make the device readable and writable by the runner's user (mode 0666 is the default), and in a container pass it in (docker run --device /dev/net/tun)", tun, err)
 	}
 	st, serr := f.Stat()
 	f.Close()
 	if serr != nil || st.Mode()&os.ModeCharDevice == 0 {
-		return nil, fmt.Errorf("%s is not a character device; slirp4netns needs the tun device: in a container pass it in (docker run --device /dev/net/tun)", tun)
-	}
-	if err := n.parseAllow(cfg.NetAllow); err != nil {
-		return nil, err
+		return fmt.Errorf("%s is not a character device; slirp4netns needs the tun device: in a container pass it in (docker run --device /dev/net/tun)", tun)
 	}
 	n.resolv = filepath.Join(cfg.Dir, ".resolv.conf")
 	n.resolvAllow = filepath.Join(cfg.Dir, ".resolv-allowlist.conf")
 	dnsHost, _, _ := net.SplitHostPort(dnsListen)
 	for path, ns := range map[string]string{n.resolv: slirpDNS.String(), n.resolvAllow: dnsHost} {
 		if err := os.WriteFile(path, []byte("nameserver "+ns+"\n"), 0o644); err != nil {
-			return nil, fmt.Errorf("sandbox resolv.conf: %w", err)
+			return fmt.Errorf("sandbox resolv.conf: %w", err)
 		}
 	}
-	return n, nil
+	return nil
 }
 
 // parseAllow reads AGENTA_RUNNER_LOCAL_NETWORK_ALLOW: CIDRs, addresses and
@@ -319,7 +316,6 @@ func (n *netstack) attach(pid int, blockFD, root string, pol netPolicy) (*netAtt
 	if err := waitMapped(pid); err != nil {
 		return nil, err
 	}
-	t1 := time.Now()
 	netns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
 	if err != nil {
 		return nil, fmt.Errorf("sandbox network namespace: %w", err)
@@ -379,7 +375,7 @@ func (n *netstack) attach(pid int, blockFD, root string, pol netPolicy) (*netAtt
 	if err := waitBlocked(pid, blockFD); err != nil {
 		return fail("sandbox setup", err)
 	}
-	t1 = time.Now()
+	t1 := time.Now()
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
 		return fail("slirp4netns", err)
@@ -593,11 +589,13 @@ func (p *Provider) newNetwork() error {
 	default:
 		return errdefs.Invalidf("AGENTA_RUNNER_LOCAL_NETWORK %q: want %q or %q", p.cfg.Network, NetworkIsolated, NetworkHost)
 	}
-	if err := (&netstack{}).parseAllow(p.cfg.NetAllow); err != nil {
+	n := &netstack{}
+	if err := n.parseAllow(p.cfg.NetAllow); err != nil {
 		return err
 	}
-	p.net, p.netErr = newNetstack(p.cfg)
-	if p.netErr != nil {
+	if p.netErr = n.check(p.cfg); p.netErr == nil {
+		p.net = n
+	} else {
 		p.log.Error("local sandboxes with network \"on\" are refused: their isolated network does not work on this host", logkey.Error, p.netErr)
 	}
 	return nil
