@@ -231,7 +231,7 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandb
 	if mode == "allowlist" && len(p.cfg.ProxyBridge) == 0 {
 		return nil, errdefs.Unprocessablef("sandboxPermission.network.mode \"allowlist\" needs the local proxy bridge, which this runner was built without")
 	}
-	if p.bw != nil && mode == "on" && p.net == nil && p.netErr != nil {
+	if p.bw != nil && mode == "on" && p.netErr != nil {
 		return nil, errdefs.With(errdefs.ErrUnavailable, fmt.Errorf("sandboxPermission.network.mode \"on\" is refused: its isolated network does not work on this host: %w (or set AGENTA_RUNNER_LOCAL_NETWORK=host to share the host's network, for development only)", p.netErr))
 	}
 	allow, err := parseAllowlist(spec.Network.Allow)
