@@ -176,7 +176,7 @@ func (c *Conn) Refresh(ctx context.Context) error {
 	var out struct {
 		Credentials string `json:"credentials"`
 	}
-	if err := c.send(ctx, http.MethodGet, "/access/permissions/check?action=run_service&resource_type=service", nil, &out, false); err != nil {
+	if err := c.send(ctx, http.MethodGet, "/access/permissions/check?action=run_service&resource_type=service", nil, &out); err != nil {
 		return fmt.Errorf("refresh the run credential: %w", err)
 	}
 	c.mu.Lock()
@@ -205,17 +205,17 @@ func (c *Conn) refreshIfOld(ctx context.Context) {
 // retries.
 func (c *Conn) call(ctx context.Context, method, path string, in, out any) error {
 	c.refreshIfOld(ctx)
-	err := c.send(ctx, method, path, in, out, false)
+	err := c.send(ctx, method, path, in, out)
 	var se *StatusError
 	if errors.As(err, &se) && se.Code == http.StatusUnauthorized {
 		if c.Refresh(ctx) == nil {
-			err = c.send(ctx, method, path, in, out, false)
+			err = c.send(ctx, method, path, in, out)
 		}
 	}
 	return err
 }
 
-func (c *Conn) send(ctx context.Context, method, path string, in, out any, raw bool) error {
+func (c *Conn) send(ctx context.Context, method, path string, in, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
 	var body io.Reader

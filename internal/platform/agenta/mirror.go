@@ -72,19 +72,11 @@ func (m *Mirror) Close(ctx context.Context) error { return m.q.close(ctx) }
 // Connect is the platform as the request reaches it, or false when the
 // request carries no platform credential.
 func (m *Mirror) Connect(req *wire.Request) (*Conn, bool) {
-	tel := req.TelemetryConfig()
-	cred := tel.Credential()
+	cred := req.TelemetryConfig().Credential()
 	if cred == "" {
 		return nil, false
 	}
-	base := m.cfg.Base
-	if base == "" {
-		ep, _ := tel.OTLP()
-		if base = wire.APIBaseFromOTLP(ep); base == "" {
-			base = DefaultBase
-		}
-	}
-	return &Conn{base: strings.TrimRight(base, "/"), cfg: &m.cfg, credential: cred, obtained: time.Now()}, true
+	return &Conn{base: BaseFor(m.cfg.Base, req), cfg: &m.cfg, credential: cred, obtained: time.Now()}, true
 }
 
 // Begin implements runner.Observer.
@@ -159,9 +151,7 @@ func (t *turnMirror) start() {
 	}
 	// The first running beat creates the session row (the session list)
 	// and names the stream the ledger row points at.
-	t.m.q.push(b.SessionID, func(ctx context.Context) {
-		_ = t.m.q.deliver(ctx, "heartbeat", func(ctx context.Context) error { return t.beat(ctx, true) })
-	})
+	t.push("heartbeat", func(ctx context.Context) error { return t.beat(ctx, true) })
 	// A new turn supersedes the session's unanswered gates, but this
 	// turn's and the ones it answers in-band (the resume resolves them).
 	cs := platform.CancelStale{SessionID: b.SessionID, TurnID: b.TurnID, Tokens: spareTokens(answeredTokens(b.Request), b.Spare)}
