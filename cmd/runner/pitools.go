@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/agentrunner/runner/internal/errdefs"
@@ -30,11 +31,7 @@ func piTools(raw json.RawMessage, pi, home string) (runner.HarnessFile, string, 
 		return runner.HarnessFile{}, "", false, errdefs.Invalidf("tools: want a list of Pi built-in tool names (%s)", strings.Join(piBuiltinTools, ", "))
 	}
 	for i, n := range names {
-		known := false
-		for _, b := range piBuiltinTools {
-			known = known || n == b
-		}
-		if !known {
+		if !slices.Contains(piBuiltinTools, n) {
 			return runner.HarnessFile{}, "", false, errdefs.Invalidf("tools[%d]: %q is not a Pi built-in tool (%s); send runner-served tools as customTools", i, n, strings.Join(piBuiltinTools, ", "))
 		}
 	}

@@ -192,8 +192,6 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 		if found {
 			r.screen.Notice("on the service at " + serviceURL)
 		}
-	}
-	if mode == "text" {
 		if f, ok := stdin.(*os.File); ok && isTerminal(f) {
 			r.answers = lines(f)
 		} else if piped && isTerminal(stdout) {

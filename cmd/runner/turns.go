@@ -41,7 +41,7 @@ func (l localTurns) Run(ctx context.Context, req *wire.Request, sink runner.Sink
 func (l localTurns) Decide(ctx context.Context, req *wire.Request, iid string, approved bool, sink runner.Sink) wire.Result {
 	t, err := l.svc.Decide(ctx, req.SessionID, iid, approved)
 	if err != nil {
-		return wire.Result{SessionID: req.SessionID, Messages: []wire.OutMessage{}, Events: []wire.Event{}, Error: err.Error()}
+		return failedResult(req, err)
 	}
 	res, _ := t.Run(ctx, sink)
 	return res
@@ -146,8 +146,8 @@ func failedResult(req *wire.Request, err error) wire.Result {
 	return wire.Result{SessionID: req.SessionID, Messages: []wire.OutMessage{}, Events: []wire.Event{}, Error: err.Error()}
 }
 
-// serviceAt reports whether a runner service answers /health at base
-// with this token, quickly: `runner run -session` prefers a running
+// serviceAt reports whether a runner service at base answers
+// GET /v1/sessions with this token, quickly: `runner run -session` prefers a running
 // service, which may hold the session warm.
 func serviceAt(ctx context.Context, base, token string) bool {
 	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
