@@ -153,16 +153,6 @@ func (n *Notifier) read(f *os.File, rc syscall.RawConn, done chan struct{}) {
 	})
 }
 
-// drain takes every event queued so far.
-func (n *Notifier) drain() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.f == nil {
-		return
-	}
-	_ = n.rc.Control(func(fd uintptr) { n.drainLocked(int(fd)) })
-}
-
 func (n *Notifier) drainLocked(fd int) {
 	for {
 		c, err := unix.Read(fd, n.buf)
