@@ -56,11 +56,10 @@ type Client struct {
 	cfg ClientConfig
 
 	// mu guards the following.
-	mu        sync.Mutex
-	base      string
-	goneAt    time.Time // when Gone was last asked
-	goneErr   error     // what it said then, if the sandbox is gone
-	goneAsked bool
+	mu      sync.Mutex
+	base    string
+	goneAt  time.Time // when Gone was last asked; zero before
+	goneErr error     // what it said then, if the sandbox is gone
 	// lost ends once goneErr is set: requests that no heartbeat covers
 	// (a long poll) end then rather than hang.
 	lost     context.Context
@@ -78,12 +77,12 @@ func (c *Client) gone(ctx context.Context) error {
 		return nil
 	}
 	c.mu.Lock()
-	if c.goneErr != nil || (c.goneAsked && time.Since(c.goneAt) < goneEvery) {
+	if c.goneErr != nil || time.Since(c.goneAt) < goneEvery {
 		err := c.goneErr
 		c.mu.Unlock()
 		return err
 	}
-	c.goneAsked, c.goneAt = true, time.Now()
+	c.goneAt = time.Now()
 	c.mu.Unlock()
 	err := c.cfg.Gone(ctx)
 	if !errors.Is(err, sandbox.ErrGone) {
