@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // daemonLock is the daemon's claim on its state dir: an flock on
@@ -137,6 +139,5 @@ func sameDev(field string, dev uint64) bool {
 	if err1 != nil || err2 != nil {
 		return false
 	}
-	// Linux's encoding of dev_t (sys/sysmacros.h).
-	return maj == (dev>>8)&0xfff|(dev>>32)&^0xfff && mn == dev&0xff|(dev>>12)&^0xff
+	return uint32(maj) == unix.Major(dev) && uint32(mn) == unix.Minor(dev)
 }
