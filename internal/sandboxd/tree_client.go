@@ -21,20 +21,27 @@ const importBatch = 16 << 20
 
 // TreeScan lists root in the sandbox, hashing files there.
 func (c *Client) TreeScan(ctx context.Context, root string, opt tree.ScanOptions) (tree.Result, error) {
-	body, err := json.Marshal(TreeScanRequest{Root: root, Options: opt})
+	resp, err := c.treeScan(ctx, TreeScanRequest{Root: root, Options: opt})
+	return resp.Result, err
+}
+
+// treeScan is one POST /v1/tree/scan; a plain scan's answer is a
+// TreeScanResponse with only its Result set.
+func (c *Client) treeScan(ctx context.Context, req TreeScanRequest) (TreeScanResponse, error) {
+	body, err := json.Marshal(req)
 	if err != nil {
-		return tree.Result{}, err
+		return TreeScanResponse{}, err
 	}
 	resp, err := c.do(ctx, http.MethodPost, "/v1/tree/scan", nil, body)
 	if err != nil {
-		return tree.Result{}, err
+		return TreeScanResponse{}, err
 	}
 	defer resp.Body.Close()
-	var res tree.Result
-	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
-		return tree.Result{}, fmt.Errorf("sandboxd tree scan: decode: %w", err)
+	var v TreeScanResponse
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return TreeScanResponse{}, fmt.Errorf("sandboxd tree scan: decode: %w", err)
 	}
-	return res, nil
+	return v, nil
 }
 
 // TreeExport streams the named entries of root as tar.

@@ -91,7 +91,7 @@ func (w *WatchedTree) Scan(ctx context.Context, opt tree.ScanOptions) (tree.Resu
 		if w.gen > 0 {
 			req.Options.Known, req.Options.TrustBefore = nil, 0 // the daemon has its own
 		}
-		resp, err := w.c.treeScanWatched(ctx, req)
+		resp, err := w.c.treeScan(ctx, req)
 		if isNoRoute(err) && !renewed {
 			w.id, renewed = "", true
 			continue
@@ -182,21 +182,4 @@ func (c *Client) treeWatch(ctx context.Context, root string, opt tree.ScanOption
 		return "", errors.New("sandboxd tree watch: the answer has no id")
 	}
 	return v.ID, nil
-}
-
-func (c *Client) treeScanWatched(ctx context.Context, req TreeScanRequest) (TreeScanResponse, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return TreeScanResponse{}, err
-	}
-	resp, err := c.do(ctx, http.MethodPost, "/v1/tree/scan", nil, body)
-	if err != nil {
-		return TreeScanResponse{}, err
-	}
-	defer resp.Body.Close()
-	var v TreeScanResponse
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
-		return TreeScanResponse{}, fmt.Errorf("sandboxd tree scan: decode: %w", err)
-	}
-	return v, nil
 }

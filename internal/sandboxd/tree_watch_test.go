@@ -245,7 +245,7 @@ func TestTreeWatchRoutes(t *testing.T) {
 	if _, err := c.treeWatch(ctx, root, tree.ScanOptions{Include: []string{"f"}}); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Errorf("include: %v, want invalid", err)
 	}
-	_, err := c.treeScanWatched(ctx, TreeScanRequest{Root: root, Watch: "nope", Generation: 3})
+	_, err := c.treeScan(ctx, TreeScanRequest{Root: root, Watch: "nope", Generation: 3})
 	if !isNoRoute(err) || !strings.Contains(err.Error(), "watch again") {
 		t.Errorf("unknown watch: %v, want the daemon's 404 saying to watch again", err)
 	}
@@ -254,23 +254,23 @@ func TestTreeWatchRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.treeScanWatched(ctx, TreeScanRequest{Root: "/elsewhere", Watch: id}); !errors.Is(err, errdefs.ErrInvalid) {
+	if _, err := c.treeScan(ctx, TreeScanRequest{Root: "/elsewhere", Watch: id}); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Errorf("another root: %v, want invalid", err)
 	}
-	r1, err := c.treeScanWatched(ctx, TreeScanRequest{Root: root, Watch: id})
+	r1, err := c.treeScan(ctx, TreeScanRequest{Root: root, Watch: id})
 	if err != nil || r1.Generation != 1 || r1.Base != 0 || len(r1.Entries) != 1 {
 		t.Fatalf("first scan: %+v, %v; want generation 1, whole", r1, err)
 	}
 	// The answer to generation 1 was lost: the runner asks again from 1
 	// after the daemon moved to 2, and gets the whole tree.
-	if _, err := c.treeScanWatched(ctx, TreeScanRequest{Root: root, Watch: id, Generation: 1}); err != nil {
+	if _, err := c.treeScan(ctx, TreeScanRequest{Root: root, Watch: id, Generation: 1}); err != nil {
 		t.Fatal(err)
 	}
-	r3, err := c.treeScanWatched(ctx, TreeScanRequest{Root: root, Watch: id, Generation: 1})
+	r3, err := c.treeScan(ctx, TreeScanRequest{Root: root, Watch: id, Generation: 1})
 	if err != nil || r3.Generation != 3 || r3.Base != 0 || len(r3.Entries) != 1 {
 		t.Fatalf("stale generation: %+v, %v; want generation 3, whole", r3, err)
 	}
-	r4, err := c.treeScanWatched(ctx, TreeScanRequest{Root: root, Watch: id, Generation: 3})
+	r4, err := c.treeScan(ctx, TreeScanRequest{Root: root, Watch: id, Generation: 3})
 	if err != nil || r4.Base != 3 || len(r4.Entries) != 0 || len(r4.Removed) != 0 {
 		t.Fatalf("unchanged: %+v, %v; want an empty delta on 3", r4, err)
 	}
@@ -296,7 +296,7 @@ func TestTreeWatchRoutes(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
-	if _, err := c.treeScanWatched(ctx, TreeScanRequest{Root: root, Watch: id, Generation: 4}); !isNoRoute(err) {
+	if _, err := c.treeScan(ctx, TreeScanRequest{Root: root, Watch: id, Generation: 4}); !isNoRoute(err) {
 		t.Errorf("closed watch: %v, want 404", err)
 	}
 	if err := w.Close(); err != nil {
