@@ -4,10 +4,7 @@
 // way a request enters the runner.
 package wire
 
-import (
-	"encoding/json"
-	"unicode/utf8"
-)
+import "encoding/json"
 
 // Request is one turn, as the platform posts it to /run or /stream.
 type Request struct {
@@ -65,7 +62,10 @@ func (c *MessageContent) UnmarshalJSON(b []byte) error {
 	if len(b) > 0 && b[0] == '"' {
 		c.IsText = true
 		c.Blocks = nil
-		if text, ok := plainString(b); ok {
+		// The history fast path's reader (history.go): a text without
+		// escapes is taken as it is, without a second parse.
+		p := scan{b: b, s: string(b)}
+		if text, ok := p.str(); ok && p.i == len(b) {
 			c.Text = text
 			return nil
 		}
@@ -224,23 +224,4 @@ type RunContext struct {
 	Run      json.RawMessage `json:"run,omitempty"`
 	Workflow json.RawMessage `json:"workflow,omitempty"`
 	Trace    json.RawMessage `json:"trace,omitempty"`
-}
-
-// plainString is the JSON string b's text when it needs no decoding (no
-// escapes, valid UTF-8): a message's text is then taken without a second
-// parse of the history.
-func plainString(b []byte) (string, bool) {
-	if len(b) < 2 || b[0] != '"' || b[len(b)-1] != '"' {
-		return "", false
-	}
-	inner := b[1 : len(b)-1]
-	for _, c := range inner {
-		if c == '\\' || c == '"' || c < 0x20 {
-			return "", false
-		}
-	}
-	if !utf8.Valid(inner) {
-		return "", false
-	}
-	return string(inner), true
 }
