@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 
+	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/wire"
 )
 
@@ -228,7 +229,7 @@ func (s *Service) closeObservers(ctx context.Context) {
 	for _, o := range s.cfg.Observers {
 		if c, ok := o.(closer); ok {
 			if err := c.Close(ctx); err != nil {
-				s.log.Warn("observer did not finish before the shutdown deadline", "err", err)
+				s.log.Warn("observer did not finish before the shutdown deadline", logkey.Error, err)
 			}
 		}
 	}
