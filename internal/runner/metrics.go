@@ -2,7 +2,6 @@ package runner
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"time"
 
@@ -41,7 +40,7 @@ func (t *turn) meterEvent(ev wire.Event) {
 func (s *Service) meterTurn(t *turn, out agent.Outcome, err error) {
 	outcome := metrics.OutcomeCompleted
 	switch {
-	case out.StopReason == agent.StopCancelled || errors.Is(err, errKilled) || errors.Is(err, errShutdown) || errors.Is(err, errDeleted):
+	case out.StopReason == agent.StopCancelled || stoppedFromOutside(err):
 		outcome = metrics.OutcomeCancelled
 	case err != nil:
 		outcome = metrics.OutcomeFailed

@@ -378,7 +378,7 @@ func (s *Service) run(ctx context.Context, t *turn, sink Sink) (wire.Result, err
 		err, out.StopReason = nil, agent.StopCancelled
 	}
 	defer func() { s.meterTurn(t, out, err) }()
-	if cause := context.Cause(ctx); err == nil && out.StopReason == agent.StopCancelled && (errors.Is(cause, errKilled) || errors.Is(cause, errShutdown) || errors.Is(cause, errDeleted) || errors.Is(cause, errdefs.ErrExhausted)) {
+	if cause := context.Cause(ctx); err == nil && out.StopReason == agent.StopCancelled && (stoppedFromOutside(cause) || errors.Is(cause, errdefs.ErrExhausted)) {
 		// Stopped by the operator, not finished: the caller must not take
 		// the partial output for an answer.
 		err = cause
@@ -516,6 +516,12 @@ var (
 	errShutdown = errors.New("runner is shutting down")
 	errDeleted  = errors.New("session deleted")
 )
+
+// stoppedFromOutside reports a cause that stopped a turn from outside it:
+// /kill, the shutdown, the session's deletion.
+func stoppedFromOutside(err error) bool {
+	return errors.Is(err, errKilled) || errors.Is(err, errShutdown) || errors.Is(err, errDeleted)
+}
 
 // Kill cancels the session's in-flight turn in the project, releases its
 // warm harness and waits (bounded by ctx) for the teardown. It returns how
