@@ -407,6 +407,9 @@ func (s *Service) removeWorkspace(ctx context.Context, sess store.Session) error
 		return err
 	}
 	for _, k := range keys {
+		if k == workspace.ManifestKey {
+			continue // deleted first
+		}
 		if err := stores.Session.Delete(ctx, k); err != nil {
 			return err
 		}
