@@ -182,25 +182,17 @@ func (l *eventLog) commit(ctx context.Context, batch []store.Event, begin, end *
 	if begin != nil {
 		last, err := l.st.(store.TurnWriter).BeginTurnWithEvents(ctx, *begin, batch)
 		l.setBeginErr(err)
-		if err != nil || end == nil {
-			return last, err
-		}
-		batch = nil // the outcome follows alone
+		return last, err
 	}
 	if end == nil {
 		return l.st.AppendEvents(ctx, l.sessionID, batch)
 	}
-	var last int64
-	var err error
 	if tw, ok := l.st.(store.TurnWriter); ok {
-		_, last, err = tw.EndTurnWithEvents(ctx, *end, batch)
+		_, last, err := tw.EndTurnWithEvents(ctx, *end, batch)
 		return last, l.ended(err)
 	}
-	if _, err := l.st.EndTurn(ctx, *end); err != nil {
-		l.mu.Lock()
-		l.endErr = err
-		l.mu.Unlock()
-	}
+	_, err := l.st.EndTurn(ctx, *end)
+	_ = l.ended(err) // the events are appended whatever the outcome's fate
 	return l.st.AppendEvents(ctx, l.sessionID, batch)
 }
 
