@@ -356,7 +356,7 @@ func (b *bwrap) command(s *Sandbox, path string, argv, env []string, dir string)
 			listen = "-" // forwards only; no HTTP proxy
 		}
 		line = append(line, s.proxy.path, listen)
-		for _, addr := range loopbackForwards(s.spec.Network.Allow) {
+		for _, addr := range s.forwards {
 			line = append(line, "--forward", addr)
 		}
 		if s.dns != nil {

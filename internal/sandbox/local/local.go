@@ -385,6 +385,10 @@ type Sandbox struct {
 	// open and openTo are what Spec.Network.Allow opens under mode "on".
 	open   []netip.Prefix
 	openTo []netip.AddrPort
+	// forwards are the host loopback addresses the proxy bridge serves on
+	// the sandbox's own loopback: the request's, and under mode "on" the
+	// operator's (AGENTA_RUNNER_LOCAL_NETWORK_ALLOW).
+	forwards []string
 	dns    *dnsForwarder // mode "allowlist" with an isolated network
 
 	// mu guards the following.

@@ -120,4 +120,14 @@ func TestNetworkOnForwardsListedLoopback(t *testing.T) {
 	if out, _ := sandboxtest.Sh(t, sb, "echo \"[$HTTP_PROXY]\""); strings.TrimSpace(out) != "[]" {
 		t.Errorf("HTTP_PROXY under network on: %s", out)
 	}
+	// One the operator lists (AGENTA_RUNNER_LOCAL_NETWORK_ALLOW) is
+	// served the same way, with nothing in the request.
+	op := newBwrap(t, func(c *local.Config) { c.NetAllow = []string{other} })
+	sb = createSpec(t, op, sandbox.Spec{Network: sandbox.Network{Mode: "on"}})
+	if out, err := run(t, sb, nil, "dial", other); err != nil || out != "hello from the host\n" {
+		t.Errorf("operator-listed loopback service: %q, %v", out, err)
+	}
+	if out, err := run(t, sb, nil, "dial", listed); err == nil {
+		t.Errorf("loopback service listed by neither reached: %q", out)
+	}
 }

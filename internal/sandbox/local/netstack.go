@@ -621,6 +621,7 @@ func (s *Sandbox) isolated() bool {
 // starts the proxy that serves the host's loopback entries (the key
 // gateway, a local model server) on the sandbox's own loopback.
 func (s *Sandbox) openNetwork() error {
+	s.forwards = loopbackForwards(s.spec.Network.Allow)
 	if !s.isolated() {
 		return nil
 	}
@@ -634,6 +635,7 @@ func (s *Sandbox) openNetwork() error {
 			fw = append(fw, f)
 		}
 	}
+	s.forwards = fw
 	if len(fw) == 0 {
 		return nil
 	}
