@@ -389,7 +389,7 @@ type Sandbox struct {
 	// the sandbox's own loopback: the request's, and under mode "on" the
 	// operator's (AGENTA_RUNNER_LOCAL_NETWORK_ALLOW).
 	forwards []string
-	dns    *dnsForwarder // mode "allowlist" with an isolated network
+	dns      *dnsForwarder // mode "allowlist" with an isolated network
 
 	// mu guards the following.
 	mu        sync.Mutex
