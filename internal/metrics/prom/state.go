@@ -26,7 +26,7 @@ func newStateCollector(s metrics.State) *stateCollector {
 		inFlight:  d("turns_in_flight", "Turns running on this replica now."),
 		warm:      d("pool_warm_sessions", "Sessions this replica keeps warm (harness and sandbox alive), by provider.", "provider"),
 		awaiting:  d("pool_awaiting_approval", "Warm sessions parked waiting for a person's approval, by provider.", "provider"),
-		capacity:  d("pool_capacity", "Most sessions the provider's warm pool keeps (AGENTA_RUNNER_POOL_MAX or the provider's own setting).", "provider"),
+		capacity:  d("pool_capacity", "Most sessions the provider's warm pool keeps (AGENTA_RUNNER_SESSION_POOL_MAX or the provider's own setting).", "provider"),
 		sandboxes: d("sandboxes", "Sandboxes the shared store records as not destroyed, by provider and state (all replicas on the store).", "provider", "state"),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "scrape_errors_total",

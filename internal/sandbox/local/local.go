@@ -315,9 +315,9 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandb
 			return nil, err
 		}
 	}
-	if err := sb.openNetwork(); err != nil {
+	if err := sb.openNetwork(); err != nil { // names the sandbox
 		sb.teardown()
-		return nil, fmt.Errorf("create sandbox %s: %w", id, err)
+		return nil, err
 	}
 	if p.bw != nil {
 		sb.args = p.bw.sandboxArgs(sb)

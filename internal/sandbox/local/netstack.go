@@ -645,7 +645,7 @@ func (s *Sandbox) openNetwork() error {
 	}
 	allow, err := parseAllowlist(fw)
 	if err != nil {
-		return err
+		return fmt.Errorf("create sandbox %s: %w", s.info.ID, err)
 	}
 	return s.startProxy(allow)
 }

@@ -26,6 +26,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -551,7 +552,8 @@ func canonicalHeaders(r *http.Request, signed string) string {
 		case "content-length":
 			v = strconv.FormatInt(r.ContentLength, 10)
 		default:
-			vals := r.Header.Values(n)
+			// Trimmed into a copy: the request's own values are forwarded.
+			vals := slices.Clone(r.Header.Values(n))
 			for i := range vals {
 				vals[i] = strings.Join(strings.Fields(vals[i]), " ")
 			}
