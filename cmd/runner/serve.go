@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"time"
 
@@ -92,9 +91,9 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 		Logger:             log,
 	}, svc, routes...)
 
-	ln, err := net.Listen("tcp", cfg.Addr())
+	ln, err := listener(ctx, cfg, environ)
 	if err != nil {
-		fmt.Fprintf(stderr, "runner: listen on %s: %v (set AGENTA_RUNNER_HOST / AGENTA_RUNNER_PORT)\n", cfg.Addr(), err)
+		fmt.Fprintln(stderr, "runner:", err)
 		return 1
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package tenanttest
+
+const raceBuild = false
