@@ -283,11 +283,15 @@ func (t *turn) finish(done wire.Event, end *store.Turn) error {
 // keeps those (published, not yet committed) and hands them to each new
 // follower with its subscription.
 type hub struct {
+	parent *hubs
+	id     string
+	users  int // followers and running turns holding it; parent.mu guards it
+
 	// mu guards the following.
 	mu      sync.Mutex
 	subs    map[chan wire.Record]struct{}
-	unsaved []wire.Record // published, not yet committed, in order
-	saved   int64         // the last committed sequence number
+	unsaved recordRing // published, not yet committed, in order
+	saved   int64      // the last committed sequence number
 }
 
 // maxUnsaved bounds what a hub keeps for new followers when the log's
@@ -295,13 +299,16 @@ type hub struct {
 // from the log.
 const maxUnsaved = 4096
 
-// hubs holds one hub per session with followers or a running turn.
+// hubs holds one hub per session with followers or a running turn; a
+// hub nobody holds and with nothing uncommitted is dropped, so the map
+// does not grow with every session ever seen.
 type hubs struct {
 	mu sync.Mutex
 	m  map[string]*hub
 }
 
-func (h *hubs) get(sessionID string) *hub {
+// acquire returns the session's hub, held until release.
+func (h *hubs) acquire(sessionID string) *hub {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.m == nil {
@@ -309,10 +316,33 @@ func (h *hubs) get(sessionID string) *hub {
 	}
 	x, ok := h.m[sessionID]
 	if !ok {
-		x = &hub{subs: map[chan wire.Record]struct{}{}}
+		x = &hub{parent: h, id: sessionID, subs: map[chan wire.Record]struct{}{}}
 		h.m[sessionID] = x
 	}
+	x.users++
 	return x
+}
+
+// release lets go of a hub acquire returned.
+func (x *hub) release() {
+	x.parent.mu.Lock()
+	defer x.parent.mu.Unlock()
+	x.users--
+	x.pruneLocked()
+}
+
+// pruneLocked drops x from its parent when nobody holds it and it keeps
+// nothing a later follower would need. parent.mu must be held.
+func (x *hub) pruneLocked() {
+	if x.users > 0 || x.parent.m[x.id] != x {
+		return
+	}
+	x.mu.Lock()
+	idle := x.unsaved.n == 0
+	x.mu.Unlock()
+	if idle {
+		delete(x.parent.m, x.id)
+	}
 }
 
 // subscribe returns the live channel and the records published but not
@@ -321,7 +351,7 @@ func (x *hub) subscribe() (chan wire.Record, []wire.Record) {
 	ch := make(chan wire.Record, 1024)
 	x.mu.Lock()
 	x.subs[ch] = struct{}{}
-	unsaved := append([]wire.Record(nil), x.unsaved...)
+	unsaved := x.unsaved.list()
 	x.mu.Unlock()
 	return ch, unsaved
 }
@@ -329,13 +359,16 @@ func (x *hub) subscribe() (chan wire.Record, []wire.Record) {
 // committed drops what the log now holds, up to seq.
 func (x *hub) committed(seq int64) {
 	x.mu.Lock()
-	defer x.mu.Unlock()
 	x.saved = max(x.saved, seq)
-	i := 0
-	for i < len(x.unsaved) && x.unsaved[i].Seq <= x.saved {
-		i++
+	x.unsaved.dropThrough(x.saved)
+	empty := x.unsaved.n == 0
+	x.mu.Unlock()
+	if empty {
+		// What a released hub kept may now be gone: nothing holds it.
+		x.parent.mu.Lock()
+		x.pruneLocked()
+		x.parent.mu.Unlock()
 	}
-	x.unsaved = append(x.unsaved[:0], x.unsaved[i:]...)
 }
 
 func (x *hub) unsubscribe(ch chan wire.Record) {
@@ -353,10 +386,7 @@ func (x *hub) publish(rec wire.Record) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if rec.Seq > x.saved {
-		if len(x.unsaved) == maxUnsaved {
-			x.unsaved = append(x.unsaved[:0], x.unsaved[1:]...)
-		}
-		x.unsaved = append(x.unsaved, rec)
+		x.unsaved.push(rec, maxUnsaved)
 	}
 	for ch := range x.subs {
 		select {
@@ -366,4 +396,56 @@ func (x *hub) publish(rec wire.Record) {
 			close(ch)
 		}
 	}
+}
+
+// recordRing is a FIFO of records, oldest first, bounded by the limit
+// push is given: at the bound the oldest goes in O(1), where a slice
+// would shift every record per event.
+type recordRing struct {
+	buf  []wire.Record
+	head int // index of the oldest
+	n    int
+}
+
+// push appends rec, dropping the oldest when limit records wait. The
+// buffer grows by doubling up to limit, so a hub that keeps a few
+// records costs a few.
+func (r *recordRing) push(rec wire.Record, limit int) {
+	if r.n == len(r.buf) {
+		if r.n >= limit {
+			r.buf[r.head] = rec
+			r.head = (r.head + 1) % len(r.buf)
+			return
+		}
+		grown := make([]wire.Record, min(max(2*len(r.buf), 16), limit))
+		r.copyTo(grown)
+		r.buf, r.head = grown, 0
+	}
+	r.buf[(r.head+r.n)%len(r.buf)] = rec
+	r.n++
+}
+
+// dropThrough drops the oldest records while their sequence number is at
+// most seq.
+func (r *recordRing) dropThrough(seq int64) {
+	for r.n > 0 && r.buf[r.head].Seq <= seq {
+		r.buf[r.head] = wire.Record{} // let the event go
+		r.head = (r.head + 1) % len(r.buf)
+		r.n--
+	}
+}
+
+// list returns a copy of the records, oldest first.
+func (r *recordRing) list() []wire.Record {
+	if r.n == 0 {
+		return nil
+	}
+	out := make([]wire.Record, r.n)
+	r.copyTo(out)
+	return out
+}
+
+func (r *recordRing) copyTo(dst []wire.Record) {
+	k := copy(dst[:r.n], r.buf[r.head:min(r.head+r.n, len(r.buf))])
+	copy(dst[k:r.n], r.buf[:r.n-k])
 }

@@ -13,17 +13,7 @@ import (
 // reads from the log, so the hub lets them go.
 func TestHubHandsUncommittedEventsToNewFollowers(t *testing.T) {
 	var h hubs
-	x := h.get("s")
-	rec := func(seq int64) wire.Record {
-		return wire.Record{Kind: wire.RecordEvent, Seq: seq, Event: &wire.Event{Type: wire.EventMessageDelta}}
-	}
-	seqs := func(recs []wire.Record) []int64 {
-		var out []int64
-		for _, r := range recs {
-			out = append(out, r.Seq)
-		}
-		return out
-	}
+	x := h.acquire("s")
 	for seq := int64(1); seq <= 3; seq++ {
 		x.publish(rec(seq))
 	}
@@ -43,5 +33,110 @@ func TestHubHandsUncommittedEventsToNewFollowers(t *testing.T) {
 	x.publish(rec(5))
 	if _, unsaved = x.subscribe(); len(unsaved) != 0 {
 		t.Fatalf("kept %v after everything was committed", seqs(unsaved))
+	}
+}
+
+func rec(seq int64) wire.Record {
+	return wire.Record{Kind: wire.RecordEvent, Seq: seq, Event: &wire.Event{Type: wire.EventMessageDelta}}
+}
+
+func seqs(recs []wire.Record) []int64 {
+	var out []int64
+	for _, r := range recs {
+		out = append(out, r.Seq)
+	}
+	return out
+}
+
+func span(from, to int64) []int64 {
+	var out []int64
+	for s := from; s <= to; s++ {
+		out = append(out, s)
+	}
+	return out
+}
+
+// The uncommitted records are a ring: past maxUnsaved the oldest go, in
+// order, across the ring's wrap and its growth, and a commit drops a
+// prefix wherever the ring's head is.
+func TestHubUnsavedRingKeepsTheNewestInOrder(t *testing.T) {
+	var h hubs
+	x := h.acquire("s")
+	defer x.release()
+	const n = maxUnsaved + 1500
+	for seq := int64(1); seq <= n; seq++ {
+		x.publish(rec(seq))
+	}
+	_, got := x.subscribe()
+	if diff := cmp.Diff(span(n-maxUnsaved+1, n), seqs(got)); diff != "" {
+		t.Fatalf("after %d published (-want +got):\n%s", n, diff)
+	}
+	if cap := len(x.unsaved.buf); cap != maxUnsaved {
+		t.Fatalf("ring holds %d slots, want the bound %d", cap, maxUnsaved)
+	}
+	x.committed(n - 10)
+	x.publish(rec(n + 1))
+	_, got = x.subscribe()
+	if diff := cmp.Diff(span(n-9, n+1), seqs(got)); diff != "" {
+		t.Fatalf("after the commit of %d (-want +got):\n%s", n-10, diff)
+	}
+	// A commit of everything frees the events it held.
+	x.committed(n + 1)
+	for i, r := range x.unsaved.buf {
+		if r.Event != nil {
+			t.Fatalf("slot %d still holds committed seq %d", i, r.Seq)
+		}
+	}
+}
+
+// A few records cost a few slots, not the bound.
+func TestHubUnsavedRingGrowsOnDemand(t *testing.T) {
+	var h hubs
+	x := h.acquire("s")
+	defer x.release()
+	for seq := int64(1); seq <= 20; seq++ {
+		x.publish(rec(seq))
+		if seq%3 == 0 {
+			x.committed(seq - 1)
+		}
+	}
+	_, got := x.subscribe()
+	if diff := cmp.Diff([]int64{18, 19, 20}, seqs(got)); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+	if n := len(x.unsaved.buf); n > 32 {
+		t.Fatalf("ring of %d slots for 20 records", n)
+	}
+}
+
+// A hub goes once nobody holds it and it keeps nothing uncommitted; one
+// that still keeps records waits for their commit.
+func TestHubsPruneIdleHubs(t *testing.T) {
+	var h hubs
+	turn := h.acquire("s")
+	follower := h.acquire("s")
+	if turn != follower {
+		t.Fatal("two hubs for one session")
+	}
+	turn.publish(rec(1))
+	turn.release()
+	follower.release()
+	if len(h.m) != 1 {
+		t.Fatalf("hub with an uncommitted record dropped (%d hubs)", len(h.m))
+	}
+	turn.committed(1)
+	if len(h.m) != 0 {
+		t.Fatalf("%d hubs after the last commit, want 0", len(h.m))
+	}
+	// A committed hub that someone still holds stays.
+	x := h.acquire("t")
+	x.publish(rec(1))
+	x.committed(1)
+	if len(h.m) != 1 {
+		t.Fatalf("held hub dropped")
+	}
+	x.release()
+	if len(h.m) != 0 {
+		t.Fatalf("%d hubs after release, want 0", len(h.m))
 	}
 }

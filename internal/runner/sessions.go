@@ -111,11 +111,12 @@ func (s *Service) Events(ctx context.Context, id string, after int64, follow boo
 	}
 	var live chan wire.Record
 	var unsaved []wire.Record
-	h := s.hubs.get(id)
 	if follow {
 		// Subscribe before reading the backlog, so nothing falls between:
 		// what was published before and is not committed yet comes with
 		// the subscription.
+		h := s.hubs.acquire(id)
+		defer h.release()
 		live, unsaved = h.subscribe()
 		defer h.unsubscribe(live)
 	}

@@ -359,7 +359,7 @@ func (t *turn) begin(ctx context.Context) ([]wire.Message, error) {
 	t.mu.Lock()
 	t.seq = sess.LastSeq
 	t.evlog = newEventLog(st, sess.ID, t.log, begin, t.svc.cfg.EventCommitDelay)
-	t.hub = t.svc.hubs.get(sess.ID)
+	t.hub = t.svc.hubs.acquire(sess.ID) // released by settle
 	t.evlog.saved = t.hub.committed
 	t.mu.Unlock()
 	t.record(wire.Event{Type: wire.EventMessage, Role: "user", Text: p.tailText}, false)
@@ -636,6 +636,7 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 			t.svc.forgetHold(t.plan.req.SessionID) // the log's last seq is unknown
 			t.log.Error("event log incomplete for this turn", logkey.Error, werr)
 		}
+		t.hub.release() // done is the last record it publishes
 		if err == nil && t.beginErr != nil {
 			err = t.beginErr // its harness is not kept
 		}
