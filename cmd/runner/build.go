@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -101,19 +100,16 @@ func startTools(ctx context.Context, cfg config.Config, log *slog.Logger) (runne
 	if err != nil {
 		return runner.ToolsConfig{}, nil, fmt.Errorf("mcp-stdio: %w", err)
 	}
-	sock := filepath.Join(cfg.DataDir, "run", "tools.sock")
-	if len(sock) > 100 { // sun_path is 108 bytes
-		sum := sha256.Sum256([]byte(cfg.DataDir))
-		sock = filepath.Join(os.TempDir(), "runner-"+hex.EncodeToString(sum[:6]), "tools.sock")
+	ts, err := newToolSocket(cfg.DataDir)
+	if err != nil {
+		return runner.ToolsConfig{}, nil, err
 	}
-	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
-		return runner.ToolsConfig{}, nil, fmt.Errorf("tool relay socket dir: %w", err)
-	}
-	_ = os.Remove(sock) // a stale socket from a previous run
+	sock := ts.Path
 	// World-connectable: a sandbox may run under another uid; the
 	// per-session token is the access control.
 	ln, err := relay.Listen(sock, 0o666)
 	if err != nil {
+		ts.release()
 		return runner.ToolsConfig{}, nil, fmt.Errorf("tool relay socket %s: %w", sock, err)
 	}
 	r := relay.New(log)
@@ -126,7 +122,7 @@ func startTools(ctx context.Context, cfg config.Config, log *slog.Logger) (runne
 		Socket: sock,
 		Shim:   []string{exe, "mcp-stdio"},
 	}
-	return tc, func() { cancel(); _ = ln.Close(); <-done; _ = os.Remove(sock) }, nil
+	return tc, func() { cancel(); _ = ln.Close(); <-done; ts.release() }, nil
 }
 
 func openStore(ctx context.Context, cfg config.Config) (store.Store, error) {

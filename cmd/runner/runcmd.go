@@ -169,6 +169,12 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 			level = "error" // a failed turn is shown by the renderer
 		}
 		log := newLogger(stderr, level)
+		id, err := cliReplicaID(cfg)
+		if err != nil {
+			fmt.Fprintln(stderr, "runner:", err)
+			return 1
+		}
+		cfg.ReplicaID = id
 		svc, closeStore, err := buildService(ctx, cfg, environ, log, nil)
 		if err != nil {
 			fmt.Fprintln(stderr, "runner:", err)
@@ -180,7 +186,7 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 			defer cancel()
 			_ = svc.Shutdown(sctx)
 		}()
-		backend = localTurns{svc: svc}
+		backend = localTurns{svc: svc, service: serviceURL}
 	}
 
 	r := &runSession{

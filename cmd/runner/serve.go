@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/agentrunner/runner/internal/api"
@@ -52,6 +53,16 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 	}
 	log := newLogger(stderr, cfg.LogLevel)
 	log.Info("runner config " + cfg.Summary())
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		fmt.Fprintf(stderr, "runner: data dir %s: %v (set AGENTA_RUNNER_DATA_DIR to a writable directory)\n", cfg.DataDir, err)
+		return 1
+	}
+	lock, err := lockServe(cfg.DataDir)
+	if err != nil {
+		fmt.Fprintln(stderr, "runner:", err)
+		return 1
+	}
+	defer lock.Close()
 
 	m := prom.New()
 	svc, closeStore, err := buildService(ctx, cfg, environ, log, m)

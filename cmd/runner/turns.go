@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/wire"
 )
@@ -31,10 +32,20 @@ type turns interface {
 }
 
 // localTurns runs turns in-process with the service's engine.
-type localTurns struct{ svc *runner.Service }
+type localTurns struct {
+	svc *runner.Service
+	// service is where a service on this data dir would listen, for the
+	// refusal of a session it holds.
+	service string
+}
 
 func (l localTurns) Run(ctx context.Context, req *wire.Request, sink runner.Sink) wire.Result {
-	res, _ := l.svc.Run(ctx, req, sink)
+	res, err := l.svc.Run(ctx, req, sink)
+	if errors.Is(err, errdefs.ErrConflict) && req.SessionID != "" {
+		// Another process on this data dir (the service, most often)
+		// holds the session's lease: say where the turn can run.
+		res.Error = fmt.Sprintf("session %s is held by another runner on this data dir, most likely the service at %s (%v); drop -workdir so the turn runs on the service, or send it there with -url", req.SessionID, l.service, err)
+	}
 	return res
 }
 
