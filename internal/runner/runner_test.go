@@ -268,6 +268,42 @@ func TestColdReplayFromTheLog(t *testing.T) {
 	}
 }
 
+// TestFailedTurnIsNotReplayedAsConversation: what a failed turn said (a
+// harness's report of an API error, say) stays in the log, marked, but a
+// cold replay does not hand it to the model as the assistant's answer.
+func TestFailedTurnIsNotReplayedAsConversation(t *testing.T) {
+	e := newEnv(t, func(c *runner.Config) { c.KeepAlive = false })
+	if res, err := e.svc.Run(t.Context(), req{session: "s", messages: []string{"say API Error: 401 invalid key\ncrash 4"}}.wire(), func(int64, wire.Event) {}); err == nil || res.OK {
+		t.Fatalf("the crashing turn succeeded: %+v", res)
+	}
+	second := e.turn(t, req{session: "s", harness: "other", messages: []string{"what happened?"}})
+	if !second.res.OK || strings.Contains(second.res.Output, "assistant: API Error") {
+		t.Fatalf("replayed the failure as conversation: %q", second.res.Output)
+	}
+	if !strings.Contains(second.res.Output, "user: say API Error") {
+		t.Errorf("the failed turn's user message is conversation and must be replayed: %q", second.res.Output)
+	}
+}
+
+// TestResultWithoutSessionCarriesTheHarnessSession: a turn sent without a
+// sessionId returns the harness's session id there, as the reference
+// runner does (its resolveRunSessionId), so a caller can name it.
+func TestResultWithoutSessionCarriesTheHarnessSession(t *testing.T) {
+	e := newEnv(t)
+	r := e.turn(t, req{messages: []string{"say hi"}})
+	var agentSession string
+	for _, ev := range r.events {
+		if ev.Type == wire.EventData && ev.Name == "agent-session" {
+			var d map[string]string
+			_ = json.Unmarshal(ev.Data, &d)
+			agentSession = d["agentSessionId"]
+		}
+	}
+	if agentSession == "" || r.res.SessionID != agentSession {
+		t.Fatalf("result sessionId %q, the harness's %q", r.res.SessionID, agentSession)
+	}
+}
+
 func TestLedgerAndEventLog(t *testing.T) {
 	e := newEnv(t)
 	first := e.turn(t, req{session: "s", messages: []string{"say one"}})

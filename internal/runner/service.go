@@ -372,6 +372,9 @@ func (s *Service) run(ctx context.Context, t *turn, sink Sink) (wire.Result, err
 	defer cancel(nil)
 
 	out, err := t.run(ctx)
+	if res.SessionID == "" {
+		res.SessionID = t.agentSession
+	}
 	if err != nil && errors.Is(context.Cause(ctx), errStopped) {
 		// Stopped from the platform before the harness answered: a
 		// cancellation, as when it stops a running prompt.

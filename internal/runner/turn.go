@@ -37,8 +37,11 @@ type turn struct {
 	cancel context.CancelCauseFunc
 	done   chan struct{}
 	caps   *wire.Capabilities
-	index  int // ledger index, -1 without a session
-	evlog  *eventLog
+	// agentSession is the harness's session id once it is open: the
+	// result's sessionId when the caller sent none, as the reference does.
+	agentSession string
+	index        int // ledger index, -1 without a session
+	evlog        *eventLog
 	// beginErr is set when the ledger refused the turn's begin, which
 	// rides in its events' commit: the turn then fails.
 	beginErr error
@@ -259,6 +262,7 @@ func (t *turn) attempt(ctx context.Context) (lv *live, out agent.Outcome, err er
 		}
 	}
 	t.lv = lv
+	t.agentSession = lv.sess.ID()
 	lv.attach(t)
 	finish := t.checkpoints(ctx, lv, mode == "warm") // durable.go
 	defer func() { err = finish(err) }()
@@ -585,7 +589,11 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 			t.emit(wire.Event{Type: wire.EventError, Message: err.Error()})
 		}
 		if text := t.outputText(); text != "" {
-			t.record(wire.Event{Type: wire.EventMessage, Role: "assistant", Text: text}, false)
+			// A failed turn's text stays readable in the log, marked, but
+			// is not conversation: often it is the harness's report of
+			// the failure ("API Error: 401 …"), which a replay would put
+			// in the model's mouth.
+			t.record(wire.Event{Type: wire.EventMessage, Role: "assistant", Text: text, IsError: status == store.TurnFailed}, false)
 		}
 	} else if err != nil {
 		t.emit(wire.Event{Type: wire.EventError, Message: err.Error()})
@@ -818,7 +826,7 @@ func (s *Service) conversation(ctx context.Context, sessionID string, upTo int64
 	}
 	var out []wire.Message
 	for _, e := range evs {
-		if e.Seq > upTo || e.Event.Type != wire.EventMessage {
+		if e.Seq > upTo || e.Event.Type != wire.EventMessage || e.Event.IsError {
 			continue
 		}
 		out = append(out, wire.Message{Role: e.Event.Role, Content: wire.MessageContent{Text: e.Event.Text, IsText: true}})
