@@ -70,11 +70,13 @@ type Config struct {
 	// swapped for keys by a runner-side proxy).
 	KeyGateway bool
 
-	KeepAlive        bool
-	PoolMax          int
-	SessionTTL       time.Duration
-	ApprovalTTL      time.Duration
-	HistoryMaxChars  int
+	KeepAlive       bool
+	PoolMax         int
+	SessionTTL      time.Duration
+	ApprovalTTL     time.Duration
+	HistoryMaxChars int
+	// The run limits (runner.Limits); 0 disables one. Every other timer
+	// must fire: 0 there keeps its default with a warning.
 	RunTotalTimeout  time.Duration
 	RunIdleTimeout   time.Duration
 	RunTTFBTimeout   time.Duration
@@ -151,9 +153,9 @@ func Load(environ []string) (Config, []string, error) {
 		SessionTTL:        l.ms("AGENTA_RUNNER_SESSION_TTL_MS", 60_000),
 		ApprovalTTL:       l.ms("AGENTA_RUNNER_SESSION_APPROVAL_TTL_MS", 600_000),
 		HistoryMaxChars:   l.lenientInt("AGENTA_AGENT_HISTORY_MAX_CHARS", 100_000),
-		RunTotalTimeout:   l.ms("AGENTA_RUNNER_RUN_TOTAL_TIMEOUT_MS", 39_600_000),
-		RunIdleTimeout:    l.ms("AGENTA_RUNNER_RUN_IDLE_TIMEOUT_MS", 1_800_000),
-		RunTTFBTimeout:    l.ms("AGENTA_RUNNER_RUN_TTFB_TIMEOUT_MS", 120_000),
+		RunTotalTimeout:   l.msOff("AGENTA_RUNNER_RUN_TOTAL_TIMEOUT_MS", 39_600_000),
+		RunIdleTimeout:    l.msOff("AGENTA_RUNNER_RUN_IDLE_TIMEOUT_MS", 1_800_000),
+		RunTTFBTimeout:    l.msOff("AGENTA_RUNNER_RUN_TTFB_TIMEOUT_MS", 120_000),
 		ToolCallTimeout:   l.ms("AGENTA_RUNNER_TOOL_CALL_TIMEOUT_MS", 1_800_000),
 		ToolsTimeout:      l.ms("AGENTA_AGENT_TOOLS_TIMEOUT", 30_000),
 		MCPHostAllowlist:  l.list("AGENTA_AGENT_MCPS_HOST_ALLOWLIST"),
@@ -235,10 +237,10 @@ func Load(environ []string) (Config, []string, error) {
 		Image:             l.first("AGENTA_RUNNER_DAYTONA_IMAGE", "DAYTONA_IMAGE"),
 		AutoStopMinutes:   l.firstInt(15, "AGENTA_RUNNER_DAYTONA_AUTOSTOP_MINUTES", "DAYTONA_AUTOSTOP"),
 		AutoDeleteMinutes: l.firstInt(30, "AGENTA_RUNNER_DAYTONA_AUTODELETE_MINUTES", "DAYTONA_AUTODELETE"),
-		IdleTTL:           l.msNonNeg("AGENTA_RUNNER_DAYTONA_SESSION_IDLE_TTL_MS", 120_000),
+		IdleTTL:           l.msOff("AGENTA_RUNNER_DAYTONA_SESSION_IDLE_TTL_MS", 120_000),
 		MaxWarm:           l.lenientInt("AGENTA_RUNNER_DAYTONA_SESSION_MAX_WARM", 20),
 		OpaqueSecrets:     opaque(l.str("AGENTA_RUNNER_DAYTONA_OPAQUE_SECRETS", "")),
-		ReapInterval:      l.msNonNeg("AGENTA_RUNNER_DAYTONA_REAP_INTERVAL_MS", 600_000),
+		ReapInterval:      l.msOff("AGENTA_RUNNER_DAYTONA_REAP_INTERVAL_MS", 600_000),
 	}
 	// The reaper deletes an unrecorded sandbox on its second sighting, one
 	// interval apart; a shorter interval than a create takes would delete

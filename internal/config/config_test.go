@@ -78,8 +78,50 @@ func TestTimersNeverFireNow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.SessionTTL != time.Minute || c.RunIdleTimeout != time.Millisecond || c.PoolMax != 8 || len(warnings) != 3 {
+	if c.SessionTTL != time.Minute || c.RunIdleTimeout != 30*time.Minute || c.PoolMax != 8 || len(warnings) != 3 {
 		t.Errorf("ttl %v idle %v pool %d warnings %v", c.SessionTTL, c.RunIdleTimeout, c.PoolMax, warnings)
+	}
+}
+
+// Every timer setting at 0: the limits README calls optional are off; the
+// others must fire, so 0 keeps the default with one warning naming the
+// setting (it used to become 1 ms, and a zero run limit failed every turn
+// at once).
+func TestZeroTimers(t *testing.T) {
+	for _, tc := range []struct {
+		key  string
+		get  func(config.Config) time.Duration
+		want time.Duration // at 0
+	}{
+		{"AGENTA_RUNNER_RUN_TOTAL_TIMEOUT_MS", func(c config.Config) time.Duration { return c.RunTotalTimeout }, 0},
+		{"AGENTA_RUNNER_RUN_IDLE_TIMEOUT_MS", func(c config.Config) time.Duration { return c.RunIdleTimeout }, 0},
+		{"AGENTA_RUNNER_RUN_TTFB_TIMEOUT_MS", func(c config.Config) time.Duration { return c.RunTTFBTimeout }, 0},
+		{"AGENTA_RUNNER_DAYTONA_SESSION_IDLE_TTL_MS", func(c config.Config) time.Duration { return c.Daytona.IdleTTL }, 0},
+		{"AGENTA_RUNNER_DAYTONA_REAP_INTERVAL_MS", func(c config.Config) time.Duration { return c.Daytona.ReapInterval }, 0},
+		{"AGENTA_RUNNER_WORKSPACE_CHECKPOINT_MS", func(c config.Config) time.Duration { return c.CheckpointEvery }, 30 * time.Second},
+		{"AGENTA_RUNNER_SESSION_TTL_MS", func(c config.Config) time.Duration { return c.SessionTTL }, time.Minute},
+		{"AGENTA_RUNNER_SESSION_APPROVAL_TTL_MS", func(c config.Config) time.Duration { return c.ApprovalTTL }, 10 * time.Minute},
+		{"AGENTA_RUNNER_TOOL_CALL_TIMEOUT_MS", func(c config.Config) time.Duration { return c.ToolCallTimeout }, 30 * time.Minute},
+		{"AGENTA_AGENT_TOOLS_TIMEOUT", func(c config.Config) time.Duration { return c.ToolsTimeout }, 30 * time.Second},
+		{"AGENTA_RUNNER_SHUTDOWN_TIMEOUT_MS", func(c config.Config) time.Duration { return c.ShutdownTimeout }, 10 * time.Second},
+		{"AGENTA_RUNNER_STREAM_PING_MS", func(c config.Config) time.Duration { return c.PingInterval }, 15 * time.Second},
+		{"AGENTA_RUNNER_PLATFORM_HEARTBEAT_MS", func(c config.Config) time.Duration { return c.Platform.HeartbeatInterval }, 30 * time.Second},
+		{"AGENTA_RUNNER_PLATFORM_REFRESH_MS", func(c config.Config) time.Duration { return c.Platform.RefreshInterval }, 5 * time.Minute},
+	} {
+		c, warnings, err := config.Load([]string{tc.key + "=0"})
+		if err != nil {
+			t.Fatalf("%s=0: %v", tc.key, err)
+		}
+		if got := tc.get(c); got != tc.want {
+			t.Errorf("%s=0: %v, want %v", tc.key, got, tc.want)
+		}
+		wantWarn := 0
+		if tc.want != 0 {
+			wantWarn = 1
+		}
+		if len(warnings) != wantWarn || wantWarn == 1 && !strings.Contains(warnings[0], tc.key) {
+			t.Errorf("%s=0: warnings %q, want %d naming it", tc.key, warnings, wantWarn)
+		}
 	}
 }
 

@@ -136,9 +136,19 @@ func (l *loader) float(k string, def float64) float64 {
 	return f
 }
 
-// ms parses a timer: a bad value falls back to the default with a warning,
-// never to "fire now"; values clamp to [1 ms, 2^31-1 ms].
+// ms parses a timer that must fire: a bad value — not an integer, or
+// below 1 ms — keeps the default with a warning, never "fire now"; values
+// clamp to 2^31-1 ms.
 func (l *loader) ms(k string, def int64) time.Duration {
+	return l.timer(k, def, false)
+}
+
+// msOff is ms where 0 means off: the limit or period is disabled.
+func (l *loader) msOff(k string, def int64) time.Duration {
+	return l.timer(k, def, true)
+}
+
+func (l *loader) timer(k string, def int64, zeroOff bool) time.Duration {
 	v, ok := l.env[k]
 	if !ok {
 		return time.Duration(def) * time.Millisecond
@@ -148,22 +158,19 @@ func (l *loader) ms(k string, def int64) time.Duration {
 	case err != nil:
 		l.warn(fmt.Sprintf("%s=%q is not an integer number of milliseconds; using %d", k, v, def))
 		n = def
+	case n == 0 && zeroOff:
 	case n < 1:
-		l.warn(fmt.Sprintf("%s=%q is below 1 ms; using 1", k, v))
-		n = 1
+		want := "at least 1"
+		if zeroOff {
+			want = "0 (off) or at least 1"
+		}
+		l.warn(fmt.Sprintf("%s=%q: want %s ms; using %d", k, v, want, def))
+		n = def
 	case n > 1<<31-1:
 		l.warn(fmt.Sprintf("%s=%q is above 2147483647 ms; clamped", k, v))
 		n = 1<<31 - 1
 	}
 	return time.Duration(n) * time.Millisecond
-}
-
-// msNonNeg is ms where 0 means "disabled".
-func (l *loader) msNonNeg(k string, def int64) time.Duration {
-	if v, ok := l.env[k]; ok && v == "0" {
-		return 0
-	}
-	return l.ms(k, def)
 }
 
 func (l *loader) boolean(k string, def bool) bool {
