@@ -3,6 +3,7 @@ package runner_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -301,6 +302,39 @@ func TestResultWithoutSessionCarriesTheHarnessSession(t *testing.T) {
 	}
 	if agentSession == "" || r.res.SessionID != agentSession {
 		t.Fatalf("result sessionId %q, the harness's %q", r.res.SessionID, agentSession)
+	}
+}
+
+// TestHarnessCostReachesUsage: the cost a harness reports in ACP's
+// usage_update (a running total for the session) is each turn's usage.cost
+// — the part of the total that turn added — in the usage event and the
+// result.
+func TestHarnessCostReachesUsage(t *testing.T) {
+	e := newEnv(t)
+	cost := func(total float64) string {
+		return fmt.Sprintf(`update {"sessionUpdate":"usage_update","used":10,"size":100,"cost":{"amount":%g,"currency":"USD"}}`, total)
+	}
+	first := e.turn(t, req{session: "s", messages: []string{cost(0.125) + "\n" + cost(0.25) + "\nsay one"}})
+	second := e.turn(t, req{session: "s", messages: []string{cost(0.75) + "\nsay two"}})
+	for i, tc := range []struct {
+		r    turnResult
+		want float64
+	}{{first, 0.25}, {second, 0.5}} {
+		if tc.r.res.Usage == nil || tc.r.res.Usage.Cost != tc.want {
+			t.Errorf("turn %d: result usage %+v, want cost %g", i+1, tc.r.res.Usage, tc.want)
+		}
+		var evCost *float64
+		for _, ev := range tc.r.events {
+			if ev.Type == wire.EventUsage {
+				evCost = ev.Cost
+			}
+		}
+		if evCost == nil || *evCost != tc.want {
+			t.Errorf("turn %d: usage event cost %v, want %g", i+1, evCost, tc.want)
+		}
+	}
+	if second.mode != "warm" {
+		t.Errorf("second turn ran %s, not warm: the baseline test needs one harness", second.mode)
 	}
 }
 

@@ -126,12 +126,18 @@ type Session struct {
 	parked  map[string]*pendingPermission
 	permSeq int
 	loading bool
+	// cost is the session's cumulative cost as the harness last reported
+	// it (usage_update.cost.amount, ACP's running total for the session).
+	cost float64
 }
 
 type promptCall struct {
 	done chan struct{}
 	res  promptResult
 	err  error
+	// costBase is the session's cost when the turn began: the turn's own
+	// cost is what the harness reports beyond it.
+	costBase float64
 }
 
 type pendingPermission struct {

@@ -36,9 +36,6 @@ type update struct {
 	Status        string          `json:"status"`
 	RawInput      json.RawMessage `json:"rawInput"`
 	RawOutput     json.RawMessage `json:"rawOutput"`
-	Cost          *struct {
-		Amount float64 `json:"amount"`
-	} `json:"cost"`
 }
 
 type contentBlock struct {

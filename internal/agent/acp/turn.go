@@ -1,6 +1,7 @@
 package acp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -21,7 +22,7 @@ func (s *Session) Prompt(ctx context.Context, blocks []json.RawMessage, sink age
 		s.mu.Unlock()
 		return agent.Outcome{}, errdefs.With(errdefs.ErrConflict, fmt.Errorf("session %s already has a turn in flight", s.id))
 	}
-	call := &promptCall{done: make(chan struct{})}
+	call := &promptCall{done: make(chan struct{}), costBase: s.cost}
 	s.call = call
 	s.sink = sink
 	s.mapper = newMapper()
@@ -151,7 +152,33 @@ func (s *Session) finish(call *promptCall) (agent.Outcome, error) {
 		}
 		out.Usage = &wire.Usage{Input: u.InputTokens, Output: u.OutputTokens, Total: total}
 	}
+	s.mu.Lock()
+	cost := s.cost - call.costBase
+	s.mu.Unlock()
+	if cost > 0 {
+		if out.Usage == nil {
+			out.Usage = &wire.Usage{}
+		}
+		out.Usage.Cost = cost
+	}
 	return out, nil
+}
+
+// noteCostLocked keeps the cumulative cost a usage_update reports. Most
+// updates are text chunks: they are told apart without decoding them.
+func (s *Session) noteCostLocked(raw json.RawMessage) {
+	if !bytes.Contains(raw, []byte(`"usage_update"`)) {
+		return
+	}
+	var u struct {
+		SessionUpdate string `json:"sessionUpdate"`
+		Cost          *struct {
+			Amount float64 `json:"amount"`
+		} `json:"cost"`
+	}
+	if json.Unmarshal(raw, &u) == nil && u.SessionUpdate == "usage_update" && u.Cost != nil && u.Cost.Amount >= s.cost {
+		s.cost = u.Cost.Amount
+	}
 }
 
 func (s *Session) endTurn() {
@@ -195,6 +222,7 @@ func (s *Session) handle(ctx context.Context, method string, params json.RawMess
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		s.noteCostLocked(p.Update) // a load replay's too: it is the session's running total
 		if s.loading || s.sink == nil || s.mapper == nil {
 			return nil, nil // a load replay or between turns: not part of a turn
 		}
