@@ -207,10 +207,10 @@ func (s *scanner) start(rel string, out []Entry) ([]Entry, error) {
 		return out, nil
 	}
 	dir, name := path.Split(rel)
-	fd, err := unix.Open(s.abs(strings.TrimSuffix(dir, "/")), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := openDir(s.root, strings.TrimSuffix(dir, "/"), false, nil)
 	if err != nil {
-		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
-			return out, nil
+		if gone(err) {
+			return out, nil // missing, or behind a link: not part of the tree
 		}
 		return nil, fmt.Errorf("scan %s: %w", s.root, err)
 	}
@@ -290,7 +290,9 @@ func (s *scanner) dir(n *node) ([]*node, error) {
 	}
 	s.dirs.Add(1)
 	n.ents, n.subs, n.linked, n.gen = nil, nil, false, s.gen
-	fd, err := unix.Open(s.abs(n.rel), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	// Beneath the root, never through a link: a directory the agent
+	// swapped for one since its parent was read is gone, not followed.
+	fd, err := openDir(s.root, n.rel, false, nil)
 	if err != nil {
 		if gone(err) {
 			return nil, nil

@@ -11,7 +11,10 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // OpRecord is the PAX record that marks a tar entry as an operation rather
@@ -29,36 +32,49 @@ const smallFile = 16 << 20
 // Export writes the named entries of root (relative slash paths) to w as a
 // tar stream: regular files with their content, directories, symlinks.
 // Paths that no longer exist are left out; the reader sees what was there.
+// Entries are reached beneath root without following any symlink (a link
+// is exported as a link), so nothing outside the tree is ever read.
 func Export(root string, paths []string, w io.Writer) error {
-	r, err := os.OpenRoot(root)
-	if err != nil {
+	var parent dirCache
+	defer parent.close()
+	if _, err := parent.open(root, ""); err != nil {
 		return fmt.Errorf("export %s: %w", root, err)
 	}
-	defer r.Close()
 	tw := tar.NewWriter(w)
 	for _, p := range paths {
 		rel, err := Clean(p)
 		if err != nil {
 			return err
 		}
-		info, err := r.Lstat(rel)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
+		dir, name := path.Split(rel)
+		dirfd, err := parent.open(root, strings.TrimSuffix(dir, "/"))
+		if gone(err) {
+			continue // a parent gone, or made a link: not in the tree any more
 		}
 		if err != nil {
 			return fmt.Errorf("export %s: %w", rel, err)
 		}
-		hdr := &tar.Header{Name: rel, Mode: int64(info.Mode().Perm()) | int64(specialBits(info.Mode())), ModTime: info.ModTime(), Format: tar.FormatPAX}
-		switch {
-		case info.Mode().IsRegular():
-			if err := exportFile(r, rel, info, hdr, tw); err != nil {
+		var st unix.Stat_t
+		if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue
+			}
+			return fmt.Errorf("export %s: %w", rel, err)
+		}
+		hdr := &tar.Header{Name: rel, Mode: int64(modeBits(st.Mode)), ModTime: time.Unix(0, st.Mtim.Nano()), Format: tar.FormatPAX}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			if err := exportFile(dirfd, name, rel, hdr, tw); err != nil {
 				return err
 			}
 			continue
-		case info.IsDir():
+		case unix.S_IFDIR:
 			hdr.Typeflag = tar.TypeDir
-		case info.Mode()&fs.ModeSymlink != 0:
-			t, err := r.Readlink(rel)
+		case unix.S_IFLNK:
+			t, err := readlinkAt(dirfd, name)
+			if gone(err) || errors.Is(err, unix.EINVAL) {
+				continue
+			}
 			if err != nil {
 				return fmt.Errorf("export %s: %w", rel, err)
 			}
@@ -73,15 +89,49 @@ func Export(root string, paths []string, w io.Writer) error {
 	return tw.Close()
 }
 
-func exportFile(r *os.Root, rel string, info fs.FileInfo, hdr *tar.Header, tw *tar.Writer) error {
-	f, err := r.Open(rel)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+// dirCache holds the last directory Export opened: paths come sorted, so
+// most share their parent with the one before.
+type dirCache struct {
+	rel string
+	fd  int
+	ok  bool
+}
+
+func (c *dirCache) open(root, rel string) (int, error) {
+	if c.ok && c.rel == rel {
+		return c.fd, nil
 	}
+	c.close()
+	fd, err := openDir(root, rel, false, nil)
 	if err != nil {
+		return -1, err
+	}
+	c.rel, c.fd, c.ok = rel, fd, true
+	return fd, nil
+}
+
+func (c *dirCache) close() {
+	if c.ok {
+		unix.Close(c.fd)
+		c.ok = false
+	}
+}
+
+// exportFile writes the regular file name of dirfd; one replaced since its
+// stat (by a link, a pipe) or gone is left out, the next scan sees it.
+func exportFile(dirfd int, name, rel string, hdr *tar.Header, tw *tar.Writer) error {
+	f, err := openFileAt(dirfd, name, rel)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrLink) || errors.Is(err, errNotRegular) {
+			return nil
+		}
 		return fmt.Errorf("export %s: %w", rel, err)
 	}
 	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("export %s: %w", rel, err)
+	}
 	hdr.Typeflag = tar.TypeReg
 	if info.Size() <= smallFile {
 		b, err := io.ReadAll(io.LimitReader(f, smallFile+1))
