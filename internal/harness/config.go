@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/workspace/tree"
 )
 
 // API is a provider wire API.
@@ -71,16 +71,13 @@ type File struct {
 	Mode    fs.FileMode
 }
 
-// Write writes c's files under home, creating directories (0700) as
-// needed.
+// Write writes c's files under home, creating directories as needed,
+// without following a link in the way (tree.WriteFile): a link at a
+// file's path is replaced, one among its parents refuses the write.
 func (c Config) Write(home string) error {
 	for _, f := range c.Files {
-		p := filepath.Join(home, filepath.FromSlash(f.Path))
-		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-			return err
-		}
-		if err := os.WriteFile(p, []byte(f.Content), f.Mode); err != nil {
-			return err
+		if err := tree.WriteFile(home, f.Path, strings.NewReader(f.Content), uint32(f.Mode.Perm()), 0o700, nil); err != nil {
+			return fmt.Errorf("harness config %s: %w", home, err)
 		}
 	}
 	return nil

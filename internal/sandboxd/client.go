@@ -282,9 +282,10 @@ func (c *Client) Health(ctx context.Context) (Health, error) {
 	return h, err
 }
 
-// ReadFile returns the contents of path in the sandbox.
-func (c *Client) ReadFile(ctx context.Context, path string) ([]byte, error) {
-	resp, err := c.do(ctx, http.MethodGet, "/v1/files", url.Values{"path": {path}}, nil)
+// ReadFile returns the contents of rel beneath root in the sandbox; a
+// link on the way is refused, never followed.
+func (c *Client) ReadFile(ctx context.Context, root, rel string) ([]byte, error) {
+	resp, err := c.do(ctx, http.MethodGet, "/v1/files", url.Values{"root": {root}, "path": {rel}}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -292,12 +293,14 @@ func (c *Client) ReadFile(ctx context.Context, path string) ([]byte, error) {
 	return io.ReadAll(resp.Body)
 }
 
-// WriteFile writes data at path in the sandbox with mode, creating parents.
-func (c *Client) WriteFile(ctx context.Context, path string, data []byte, mode uint32) error {
+// WriteFile writes data at rel beneath root in the sandbox with mode,
+// creating parents; a link at rel is replaced, one among its parents
+// refuses the write.
+func (c *Client) WriteFile(ctx context.Context, root, rel string, data []byte, mode uint32) error {
 	if data == nil {
 		data = []byte{}
 	}
-	q := url.Values{"path": {path}, "mode": {strconv.FormatUint(uint64(mode&0o7777), 8)}}
+	q := url.Values{"root": {root}, "path": {rel}, "mode": {strconv.FormatUint(uint64(mode&0o7777), 8)}}
 	resp, err := c.do(ctx, http.MethodPut, "/v1/files", q, data)
 	if err != nil {
 		return err

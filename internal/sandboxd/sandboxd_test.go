@@ -351,8 +351,9 @@ func TestFiles(t *testing.T) {
 	t.Parallel()
 	_, hs := newTestServer(t, Config{})
 	c := newTestClient(hs, nil)
-	path := filepath.Join(t.TempDir(), "a", "b", "file.sh")
-	if err := c.WriteFile(t.Context(), path, []byte("#!/bin/sh\n"), 0o750); err != nil {
+	root := t.TempDir()
+	path := filepath.Join(root, "a", "b", "file.sh")
+	if err := c.WriteFile(t.Context(), root, "a/b/file.sh", []byte("#!/bin/sh\n"), 0o750); err != nil {
 		t.Fatal(err)
 	}
 	fi, err := os.Stat(path)
@@ -362,15 +363,55 @@ func TestFiles(t *testing.T) {
 	if fi.Mode().Perm() != 0o750 {
 		t.Errorf("mode = %v, want 0750", fi.Mode().Perm())
 	}
-	b, err := c.ReadFile(t.Context(), path)
+	b, err := c.ReadFile(t.Context(), root, "a/b/file.sh")
 	if err != nil || string(b) != "#!/bin/sh\n" {
 		t.Errorf("ReadFile = %q, %v", b, err)
 	}
-	if _, err := c.ReadFile(t.Context(), path+".missing"); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := c.ReadFile(t.Context(), root, "a/b/file.sh.missing"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("ReadFile of a missing file = %v, want ErrNotFound", err)
 	}
-	if err := c.WriteFile(t.Context(), "relative/path", nil, 0o644); !errors.Is(err, errdefs.ErrInvalid) {
-		t.Errorf("WriteFile of a relative path = %v, want ErrInvalid", err)
+	if err := c.WriteFile(t.Context(), "relative", "path", nil, 0o644); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("WriteFile under a relative root = %v, want ErrInvalid", err)
+	}
+	if err := c.WriteFile(t.Context(), root, "../escape", nil, 0o644); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("WriteFile of a path leaving its root = %v, want ErrInvalid", err)
+	}
+}
+
+// The daemon may run with more rights than the agent's processes: a link
+// the agent planted where the runner writes (or reads) next is never
+// followed. One at the path is replaced by the file, one among its parents
+// is refused; a read through either is refused.
+func TestFilesNeverFollowALink(t *testing.T) {
+	t.Parallel()
+	_, hs := newTestServer(t, Config{})
+	c := newTestClient(hs, nil)
+	root, outside := t.TempDir(), t.TempDir()
+	victim := filepath.Join(outside, "victim")
+	if err := os.WriteFile(victim, []byte("HOST"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for link, target := range map[string]string{"AGENTS.md": victim, "read.md": victim, "sub": outside} {
+		if err := os.Symlink(target, filepath.Join(root, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.WriteFile(t.Context(), root, "AGENTS.md", []byte("RUNNER"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(filepath.Join(root, "AGENTS.md")); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("AGENTS.md = %v, %v; want a regular file", fi, err)
+	}
+	if err := c.WriteFile(t.Context(), root, "sub/victim", []byte("RUNNER"), 0o644); err == nil || !strings.Contains(err.Error(), "sub") {
+		t.Errorf("write through a linked directory: %v, want a refusal naming sub", err)
+	}
+	for _, rel := range []string{"read.md", "sub/victim"} {
+		if b, err := c.ReadFile(t.Context(), root, rel); err == nil {
+			t.Errorf("read %s through a link: %q", rel, b)
+		}
+	}
+	if b, err := os.ReadFile(victim); err != nil || string(b) != "HOST" {
+		t.Fatalf("host file = %q, %v; want HOST", b, err)
 	}
 }
 

@@ -2,7 +2,6 @@ package sandboxd
 
 import (
 	"bufio"
-	"crypto/rand"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -10,8 +9,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/logkey"
+	"github.com/agentrunner/runner/internal/workspace/tree"
 )
 
 // The HTTP API. Every route needs the token, as "Authorization: Bearer" or
@@ -35,8 +35,12 @@ import (
 //	POST   /v1/entries/{id}/kill             → 204; idempotent
 //	GET    /v1/entries/{id}/wait?timeout=D   → WaitResponse (Exited false on timeout)
 //	DELETE /v1/entries/{id}                  → 204; kill and forget
-//	GET    /v1/files?path=P                  → raw bytes
-//	PUT    /v1/files?path=P&mode=0644        raw body → 204; parents created
+//	GET    /v1/files?root=R&path=P           → raw bytes
+//	PUT    /v1/files?root=R&path=P&mode=0644 raw body → 204; parents created
+//
+// A file's path P is relative to R, an absolute directory, and is reached
+// beneath it without following any link: a link at P is replaced by a
+// write and refused by a read, one among P's parents is refused.
 //
 // Errors are {"error":"…"} with 400, 401, 404, 409 or 410. No route has a
 // server-side timeout: a prompt may hold a stream open for hours, and the
@@ -493,13 +497,28 @@ func (s *Server) dial(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// fileParams are a file route's root (absolute) and path beneath it.
+func fileParams(q url.Values) (root, rel string, err error) {
+	root, rel = q.Get("root"), q.Get("path")
+	if err := absRoot(root); err != nil {
+		return "", "", err
+	}
+	if rel, err = tree.Clean(rel); err != nil {
+		return "", "", errdefs.With(errdefs.ErrInvalid, err)
+	}
+	return root, rel, nil
+}
+
+// readFile and writeFile reach the file beneath its root without following
+// a link the agent planted (tree.Open, tree.WriteFile): the daemon may run
+// with more rights than the agent's processes.
 func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
-	path := r.URL.Query().Get("path")
-	if !filepath.IsAbs(path) {
-		writeError(w, errdefs.Invalidf("path %q is not absolute", path))
+	root, rel, err := fileParams(r.URL.Query())
+	if err != nil {
+		writeError(w, err)
 		return
 	}
-	f, err := os.Open(path)
+	f, err := tree.Open(root, rel)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			err = errdefs.With(errdefs.ErrNotFound, err)
@@ -514,9 +533,9 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	path := q.Get("path")
-	if !filepath.IsAbs(path) {
-		writeError(w, errdefs.Invalidf("path %q is not absolute", path))
+	root, rel, err := fileParams(q)
+	if err != nil {
+		writeError(w, err)
 		return
 	}
 	mode := uint64(0o644)
@@ -527,42 +546,11 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if err := writeFileAtomic(path, r.Body, os.FileMode(mode)); err != nil {
+	if err := tree.WriteFile(root, rel, r.Body, uint32(mode), 0o755, nil); err != nil {
 		writeError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// writeFileAtomic writes through a temporary file and a rename, so a
-// reader never sees half a file and a failed upload leaves the old one.
-func writeFileAtomic(path string, r io.Reader, mode os.FileMode) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("create parents: %w", err)
-	}
-	var nonce [6]byte
-	_, _ = rand.Read(nonce[:])
-	tmp := fmt.Sprintf("%s.tmp.%x", path, nonce)
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(f, r)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp, mode) // OpenFile's mode is filtered by the umask
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

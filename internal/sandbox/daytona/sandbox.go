@@ -223,10 +223,18 @@ func (s *Sandbox) Accept(ctx context.Context, name string) (sandbox.Process, err
 // WriteFile writes data at path, which must lie under the workdir or home.
 func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte, mode uint32) error {
 	clean := path.Clean(p)
-	if !path.IsAbs(p) || !(within(clean, s.info.Workdir) || within(clean, s.info.Home)) {
+	// The root is the innermost of the two (a home inside the workdir), so
+	// the daemon walks the fewest components the agent could have linked.
+	root := ""
+	for _, d := range []string{s.info.Workdir, s.info.Home} {
+		if within(clean, d) && clean != d && len(d) > len(root) {
+			root = d
+		}
+	}
+	if !path.IsAbs(p) || root == "" {
 		return errdefs.Invalidf("write %q in sandbox %s: not under %s or %s", p, s.id, s.info.Workdir, s.info.Home)
 	}
-	if err := s.daemon.WriteFile(ctx, clean, data, mode); err != nil {
+	if err := s.daemon.WriteFile(ctx, root, strings.TrimPrefix(clean, strings.TrimSuffix(root, "/")+"/"), data, mode); err != nil {
 		return fmt.Errorf("write %s in sandbox %s: %w", clean, s.id, err)
 	}
 	return nil

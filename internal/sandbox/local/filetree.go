@@ -23,11 +23,17 @@ func (s *Sandbox) treeRoot(root string) error {
 	return errdefs.Invalidf("sandbox %s: %s is outside its workdir, agent folder and home", s.info.ID, root)
 }
 
-func (s *Sandbox) local() tree.Local {
+// owner is who what the runner writes into the sandbox belongs to: the
+// sandbox user, or nil for the runner's own uid.
+func (s *Sandbox) owner() *tree.Owner {
 	if u := s.p.user(); u != nil {
-		return tree.Local{Owner: &tree.Owner{UID: u.uid, GID: u.gid}}
+		return &tree.Owner{UID: u.uid, GID: u.gid}
 	}
-	return tree.Local{}
+	return nil
+}
+
+func (s *Sandbox) local() tree.Local {
+	return tree.Local{Owner: s.owner()}
 }
 
 // Scan implements sandbox.FileTree.

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -404,25 +405,25 @@ type Sandbox struct {
 // Info implements sandbox.Sandbox.
 func (s *Sandbox) Info() sandbox.Info { return s.info }
 
-// WriteFile implements sandbox.Sandbox.
+// WriteFile implements sandbox.Sandbox. The file is written beneath the
+// workdir or home without following a link the agent planted: one at path
+// is replaced by the file, one among its parents refuses the write.
 func (s *Sandbox) WriteFile(ctx context.Context, path string, data []byte, mode uint32) error {
-	if !within(path, s.info.Workdir) && !within(path, s.info.Home) {
-		return errdefs.Invalidf("write %s: outside the sandbox's workdir and home", path)
+	base := s.info.Workdir
+	if !within(path, base) {
+		base = s.info.Home
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
+	rel, err := filepath.Rel(base, filepath.Clean(path))
+	if err != nil || !within(path, base) || rel == "." {
+		return errdefs.Invalidf("write %s: outside the sandbox's workdir and home", path)
 	}
 	if mode == 0 {
 		mode = 0o644
 	}
-	if err := os.WriteFile(path, data, os.FileMode(mode)); err != nil {
-		return err
+	if err := tree.WriteFile(base, filepath.ToSlash(rel), bytes.NewReader(data), mode, 0o755, s.owner()); err != nil {
+		return fmt.Errorf("sandbox %s: %w", s.info.ID, err)
 	}
-	base := s.info.Workdir
-	if within(path, s.info.Home) {
-		base = s.info.Home
-	}
-	return s.p.user().ownFrom(base, path)
+	return nil
 }
 
 // Destroy implements sandbox.Sandbox.

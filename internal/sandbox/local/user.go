@@ -1,11 +1,9 @@
 package local
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"syscall"
 
@@ -90,17 +88,4 @@ func (u *runAs) own(path string) error {
 		return fmt.Errorf("give %s to the sandbox user: %w", path, err)
 	}
 	return nil
-}
-
-// ownFrom gives path and every directory between base and it to the
-// sandbox user, for what the runner writes into a sandbox.
-func (u *runAs) ownFrom(base, path string) error {
-	if u == nil {
-		return nil
-	}
-	var errs []error
-	for p := path; within(p, base) && p != base; p = filepath.Dir(p) {
-		errs = append(errs, u.own(p))
-	}
-	return errors.Join(errs...)
 }

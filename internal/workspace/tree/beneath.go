@@ -1,6 +1,7 @@
 package tree
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -29,9 +30,9 @@ var errNotRegular = errors.New("is not a regular file")
 
 // openDir opens the directory rel (a cleaned slash path, "" or "." for the
 // root) beneath root without following a symlink in any component. With
-// create, missing directories are made (0755), and given to owner when it
-// is set.
-func openDir(root, rel string, create bool, owner *Owner) (int, error) {
+// dirMode non-zero, missing directories are made with it (less the umask),
+// and given to owner when it is set.
+func openDir(root, rel string, dirMode uint32, owner *Owner) (int, error) {
 	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, &fs.PathError{Op: "open", Path: root, Err: err}
@@ -42,7 +43,7 @@ func openDir(root, rel string, create bool, owner *Owner) (int, error) {
 	done := 0
 	for name := range strings.SplitSeq(rel, "/") {
 		done += len(name) + 1
-		next, err := openDirAt(fd, name, create, owner)
+		next, err := openDirAt(fd, name, dirMode, owner)
 		unix.Close(fd)
 		if err != nil {
 			at := rel[:done-1]
@@ -56,13 +57,13 @@ func openDir(root, rel string, create bool, owner *Owner) (int, error) {
 	return fd, nil
 }
 
-func openDirAt(dirfd int, name string, create bool, owner *Owner) (int, error) {
+func openDirAt(dirfd int, name string, dirMode uint32, owner *Owner) (int, error) {
 	const flags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
 	fd, err := unix.Openat(dirfd, name, flags, 0)
-	if !create || !errors.Is(err, unix.ENOENT) {
+	if dirMode == 0 || !errors.Is(err, unix.ENOENT) {
 		return fd, err
 	}
-	made := unix.Mkdirat(dirfd, name, 0o755)
+	made := unix.Mkdirat(dirfd, name, dirMode)
 	if made != nil && !errors.Is(made, unix.EEXIST) {
 		return -1, made
 	}
@@ -80,18 +81,19 @@ func openDirAt(dirfd int, name string, create bool, owner *Owner) (int, error) {
 
 // WriteFile writes r's bytes as the regular file rel (a relative slash
 // path) beneath root, with mode (permission and setuid/setgid/sticky
-// bits) and, when owner is set, that owner. Missing parents are created.
+// bits) and, when owner is set, that owner. Missing parents are created
+// with dirMode (less the umask).
 // What stands at rel is replaced, never written through: the content goes
 // to a new file that is renamed over it, so a planted symlink (or hard
 // link) is swapped for a regular file. A symlink or file among the parents
 // is refused with an error naming it (ErrLink); so is a directory at rel.
-func WriteFile(root, rel string, r io.Reader, mode uint32, owner *Owner) error {
+func WriteFile(root, rel string, r io.Reader, mode, dirMode uint32, owner *Owner) error {
 	c, err := Clean(rel)
 	if err != nil {
 		return err
 	}
 	dir, name := path.Split(c)
-	dirfd, err := openDir(root, strings.TrimSuffix(dir, "/"), true, owner)
+	dirfd, err := openDir(root, strings.TrimSuffix(dir, "/"), cmp.Or(dirMode, 0o755), owner)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", c, err)
 	}
@@ -136,7 +138,7 @@ func Open(root, rel string) (*os.File, error) {
 		return nil, err
 	}
 	dir, name := path.Split(c)
-	dirfd, err := openDir(root, strings.TrimSuffix(dir, "/"), false, nil)
+	dirfd, err := openDir(root, strings.TrimSuffix(dir, "/"), 0, nil)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", c, err)
 	}

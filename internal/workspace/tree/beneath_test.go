@@ -61,7 +61,7 @@ func TestWriteFileReplacesALinkAtThePath(t *testing.T) {
 	if err := os.Symlink(v, filepath.Join(root, "AGENTS.md")); err != nil {
 		t.Fatal(err)
 	}
-	if err := tree.WriteFile(root, "AGENTS.md", strings.NewReader("mine"), 0o644, nil); err != nil {
+	if err := tree.WriteFile(root, "AGENTS.md", strings.NewReader("mine"), 0o644, 0, nil); err != nil {
 		t.Fatal(err)
 	}
 	untouched(t, v)
@@ -86,7 +86,7 @@ func TestWriteFileRefusesALinkAmongTheParents(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, rel := range []string{"out/victim", "out/new", "in/x", "file/x", "plain/x", "real/../out/victim"} {
-		err := tree.WriteFile(root, rel, strings.NewReader("mine"), 0o644, nil)
+		err := tree.WriteFile(root, rel, strings.NewReader("mine"), 0o644, 0, nil)
 		if !errors.Is(err, tree.ErrLink) {
 			t.Errorf("write %s: %v, want ErrLink", rel, err)
 		}
@@ -102,20 +102,20 @@ func TestWriteFileRefusesALinkAmongTheParents(t *testing.T) {
 
 func TestWriteFileCreatesParentsAndRefusesADirectory(t *testing.T) {
 	root := t.TempDir()
-	if err := tree.WriteFile(root, "a/b/c.txt", strings.NewReader("x"), 0o600, nil); err != nil {
+	if err := tree.WriteFile(root, "a/b/c.txt", strings.NewReader("x"), 0o600, 0, nil); err != nil {
 		t.Fatal(err)
 	}
 	if b, err := os.ReadFile(filepath.Join(root, "a/b/c.txt")); err != nil || string(b) != "x" {
 		t.Fatalf("a/b/c.txt = %q, %v", b, err)
 	}
-	if err := tree.WriteFile(root, "a/b", strings.NewReader("x"), 0o600, nil); err == nil || !strings.Contains(err.Error(), "a/b") {
+	if err := tree.WriteFile(root, "a/b", strings.NewReader("x"), 0o600, 0, nil); err == nil || !strings.Contains(err.Error(), "a/b") {
 		t.Fatalf("write over a directory: %v, want an error naming a/b", err)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(root, "a")); len(ents) != 1 {
 		t.Fatalf("a holds %v, want b alone (no temporary file left)", ents)
 	}
 	for _, rel := range []string{"../x", "/etc/passwd", "", "."} {
-		if err := tree.WriteFile(root, rel, strings.NewReader("x"), 0o600, nil); err == nil {
+		if err := tree.WriteFile(root, rel, strings.NewReader("x"), 0o600, 0, nil); err == nil {
 			t.Errorf("write %q: no error", rel)
 		}
 	}

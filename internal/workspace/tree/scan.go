@@ -207,7 +207,7 @@ func (s *scanner) start(rel string, out []Entry) ([]Entry, error) {
 		return out, nil
 	}
 	dir, name := path.Split(rel)
-	fd, err := openDir(s.root, strings.TrimSuffix(dir, "/"), false, nil)
+	fd, err := openDir(s.root, strings.TrimSuffix(dir, "/"), 0, nil)
 	if err != nil {
 		if gone(err) {
 			return out, nil // missing, or behind a link: not part of the tree
@@ -292,7 +292,7 @@ func (s *scanner) dir(n *node) ([]*node, error) {
 	n.ents, n.subs, n.linked, n.gen = nil, nil, false, s.gen
 	// Beneath the root, never through a link: a directory the agent
 	// swapped for one since its parent was read is gone, not followed.
-	fd, err := openDir(s.root, n.rel, false, nil)
+	fd, err := openDir(s.root, n.rel, 0, nil)
 	if err != nil {
 		if gone(err) {
 			return nil, nil

@@ -102,7 +102,7 @@ func (c *dirCache) open(root, rel string) (int, error) {
 		return c.fd, nil
 	}
 	c.close()
-	fd, err := openDir(root, rel, false, nil)
+	fd, err := openDir(root, rel, 0, nil)
 	if err != nil {
 		return -1, err
 	}
