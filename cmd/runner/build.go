@@ -100,7 +100,7 @@ func startTools(ctx context.Context, cfg config.Config, log *slog.Logger) (runne
 	if err != nil {
 		return runner.ToolsConfig{}, nil, fmt.Errorf("mcp-stdio: %w", err)
 	}
-	ts, err := newToolSocket(cfg.DataDir)
+	ts, err := newToolSocket(cfg.ToolsSocketDir())
 	if err != nil {
 		return runner.ToolsConfig{}, nil, err
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -71,18 +70,13 @@ func (s *toolSocket) release() {
 
 func lockOf(sock string) string { return strings.TrimSuffix(sock, ".sock") + ".lock" }
 
-// newToolSocket picks this process's tool relay socket under the data dir
-// (under the temp dir when the data dir's path is too long for a socket
-// address) and sweeps the sockets of processes that are gone.
-func newToolSocket(dataDir string) (*toolSocket, error) {
+// newToolSocket picks this process's tool relay socket in dir
+// (config.ToolsSocketDir) and sweeps the sockets of processes that are
+// gone.
+func newToolSocket(dir string) (*toolSocket, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
-	dir := filepath.Join(dataDir, "run")
-	if len(filepath.Join(dir, "tools-"+id+".sock")) > 100 { // sun_path is 108 bytes
-		sum := sha256.Sum256([]byte(dataDir))
-		dir = filepath.Join(os.TempDir(), "runner-"+hex.EncodeToString(sum[:6]))
-	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("tool relay socket dir: %w", err)
 	}

@@ -125,7 +125,7 @@ func TestRunRefusesASessionTheServiceHolds(t *testing.T) {
 // swept; one whose lock is held is not.
 func TestToolSocketSweep(t *testing.T) {
 	dir := t.TempDir()
-	live, err := newToolSocket(dir)
+	live, err := newToolSocket(filepath.Join(dir, "run"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestToolSocketSweep(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	other, err := newToolSocket(dir)
+	other, err := newToolSocket(filepath.Join(dir, "run"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"net/url"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -30,17 +29,11 @@ import (
 // A nil resolver means off.
 func workspaceResolver(cfg config.Config) (workspace.Resolver, error) {
 	raw := strings.TrimSpace(cfg.StoreURL)
-	switch {
-	case strings.EqualFold(raw, "off"):
+	if strings.EqualFold(raw, "off") {
 		return nil, nil
-	case raw == "":
-		st, err := fs.New(filepath.Join(cfg.DataDir, "workspaces"))
-		if err != nil {
-			return nil, err
-		}
-		return workspace.Configured{Base: st}, nil
-	case filepath.IsAbs(raw):
-		st, err := fs.New(filepath.Clean(raw))
+	}
+	if dir := cfg.StoreDir(); dir != "" {
+		st, err := fs.New(dir)
 		if err != nil {
 			return nil, err
 		}
@@ -52,14 +45,7 @@ func workspaceResolver(cfg config.Config) (workspace.Resolver, error) {
 	}
 	switch u.Scheme {
 	case "file":
-		if u.Host != "" || !filepath.IsAbs(u.Path) {
-			return nil, errdefs.Invalidf("AGENTA_RUNNER_STORE_URL: a file URL needs an absolute path (file:///var/lib/runner/workspaces)")
-		}
-		st, err := fs.New(filepath.Clean(u.Path))
-		if err != nil {
-			return nil, err
-		}
-		return workspace.Configured{Base: st}, nil
+		return nil, errdefs.Invalidf("AGENTA_RUNNER_STORE_URL: a file URL needs an absolute path (file:///var/lib/runner/workspaces)")
 	case "s3":
 		return s3Resolver(u)
 	}

@@ -1,0 +1,39 @@
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// StoreDir is the directory of a directory workspace store
+// (AGENTA_RUNNER_STORE_URL unset, an absolute path or file:///dir); empty
+// for off or S3.
+func (c Config) StoreDir() string {
+	raw := strings.TrimSpace(c.StoreURL)
+	switch {
+	case raw == "":
+		return filepath.Join(c.DataDir, "workspaces")
+	case filepath.IsAbs(raw):
+		return filepath.Clean(raw)
+	}
+	if u, err := url.Parse(raw); err == nil && u.Scheme == "file" && u.Host == "" && filepath.IsAbs(u.Path) {
+		return filepath.Clean(u.Path)
+	}
+	return ""
+}
+
+// ToolsSocketDir is where the tool relay's unix sockets are made
+// (tools-<8 hex>.sock, one per process): in the data dir, or under the
+// temporary directory when that path would not fit in sun_path (108 bytes).
+func (c Config) ToolsSocketDir() string {
+	dir := filepath.Join(c.DataDir, "run")
+	if len(filepath.Join(dir, "tools-00000000.sock")) > 100 {
+		sum := sha256.Sum256([]byte(c.DataDir))
+		dir = filepath.Join(os.TempDir(), "runner-"+hex.EncodeToString(sum[:6]))
+	}
+	return dir
+}
