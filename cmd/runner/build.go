@@ -286,7 +286,7 @@ func newLocal(cfg config.Config, log *slog.Logger) (*local.Provider, error) {
 		DataDir:     cfg.DataDir,
 		Isolation:   cfg.LocalIsolation,
 		Bwrap:       cfg.LocalBwrap,
-		Hide:        cfg.LocalHide,
+		Hide:        cfg.RunnerPaths(),
 		MemoryMB:    limit(cfg.LocalMemoryMB),
 		Pids:        limit(cfg.LocalPids),
 		CPUs:        cpus,

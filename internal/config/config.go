@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -138,7 +139,7 @@ func Load(environ []string) (Config, []string, error) {
 		LocalIsolation:    strings.ToLower(l.str("AGENTA_RUNNER_LOCAL_ISOLATION", "bwrap")),
 		LocalMemoryMB:     l.limit("AGENTA_RUNNER_LOCAL_MEMORY_MB", 4096, 16),
 		LocalPids:         l.limit("AGENTA_RUNNER_LOCAL_PIDS", 1024, 8),
-		LocalCPUs:         l.float("AGENTA_RUNNER_LOCAL_CPUS", 2),
+		LocalCPUs:         l.float("AGENTA_RUNNER_LOCAL_CPUS", DefaultLocalCPUs()),
 		LocalHide:         l.paths("AGENTA_RUNNER_LOCAL_HIDE"),
 		LocalUID:          l.strictInt("AGENTA_RUNNER_LOCAL_SANDBOX_UID", 0, 0, 1<<31-1),
 		LocalGID:          l.strictInt("AGENTA_RUNNER_LOCAL_SANDBOX_GID", 0, 0, 1<<31-1),
@@ -267,6 +268,10 @@ func Load(environ []string) (Config, []string, error) {
 	c.Harnesses = harnesses(environ, l)
 	return c, l.warnings, errors.Join(l.errs...)
 }
+
+// DefaultLocalCPUs is AGENTA_RUNNER_LOCAL_CPUS unset: half the host's
+// CPUs, at least one, so one sandbox never has every core.
+func DefaultLocalCPUs() float64 { return max(1, float64(runtime.NumCPU())/2) }
 
 // RequireServe checks what only `runner serve` needs.
 func (c Config) RequireServe() error {

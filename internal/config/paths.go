@@ -9,6 +9,21 @@ import (
 	"strings"
 )
 
+// RunnerPaths names every host path the runner owns, which no local sandbox
+// may see: the data dir (sandboxes, the SQLite files, the replica id, the
+// rclone cache and fuse mount points, the tool relay socket), the harness
+// dir (sandboxes get it back read-only, as a bind), a directory workspace
+// store wherever it lives, the tool relay socket's directory, and
+// AGENTA_RUNNER_LOCAL_HIDE. A new path setting belongs here; a test in this
+// package fails for a *Dir field left out.
+func (c Config) RunnerPaths() []string {
+	paths := []string{c.DataDir, c.HarnessDir, c.ToolsSocketDir()}
+	if dir := c.StoreDir(); dir != "" {
+		paths = append(paths, dir)
+	}
+	return append(paths, c.LocalHide...)
+}
+
 // StoreDir is the directory of a directory workspace store
 // (AGENTA_RUNNER_STORE_URL unset, an absolute path or file:///dir); empty
 // for off or S3.

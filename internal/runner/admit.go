@@ -175,11 +175,22 @@ func (s *Service) admit(req *wire.Request) (*plan, error) {
 	return p, nil
 }
 
-// checkRelPath refuses paths that would land outside the working directory.
+// Request paths are capped well inside the kernel's own limits (NAME_MAX
+// 255, PATH_MAX 4096), leaving room for the working directory they are
+// joined to: a longer one would fail only when written, as a 500.
+const (
+	maxRelPath     = 1024
+	maxPathSegment = 255
+)
+
+// checkRelPath refuses paths that would land outside the working directory,
+// and paths or components longer than the limits above.
 func checkRelPath(p string) error {
 	switch {
 	case p == "":
 		return fmt.Errorf("empty path")
+	case len(p) > maxRelPath:
+		return fmt.Errorf("%.40q… is %d bytes long; give a path of at most %d bytes", p, len(p), maxRelPath)
 	case strings.HasPrefix(p, "/"):
 		return fmt.Errorf("%q is absolute; give a path relative to the working directory", p)
 	case strings.ContainsRune(p, 0):
@@ -188,6 +199,11 @@ func checkRelPath(p string) error {
 	clean := path.Clean(p)
 	if clean == ".." || strings.HasPrefix(clean, "../") || clean == "." {
 		return fmt.Errorf("%q escapes the working directory", p)
+	}
+	for _, seg := range strings.Split(clean, "/") {
+		if len(seg) > maxPathSegment {
+			return fmt.Errorf("%.40q… has a component of %d bytes; give components of at most %d bytes", p, len(seg), maxPathSegment)
+		}
 	}
 	return nil
 }

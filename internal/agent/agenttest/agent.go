@@ -39,6 +39,7 @@ import (
 //	exec <shell command>           runs sh -c; says output and exit status
 //	env                            says its environment, sorted
 //	connect <host:port>            dials TCP; says ok or the error
+//	connectunix <path>             dials a unix socket; says ok or the error
 //	http <URLVAR> <KEYVAR> <path>  GETs $URLVAR<path> with "Bearer $KEYVAR"; says the status and body
 //	history                        says the prompts this session has seen
 //	usage <in> <out>               reports token usage in the prompt result
@@ -46,7 +47,7 @@ import (
 //	flood <n>                      n message deltas
 //	mcp <server> <tool> <json>     calls a tool of a stdio MCP server from session/new
 //	stop <reason>                  ends the turn with this stopReason
-const Directives = "say think tool toolupdate permission sleep crash pid read write exec env connect http history images usage update flood mcp stop"
+const Directives = "say think tool toolupdate permission sleep crash pid read write exec env connect connectunix http history images usage update flood mcp stop"
 
 type fakeAgent struct {
 	conn  *jsonrpc.Conn
@@ -437,14 +438,18 @@ func (r *turn) do(verb, arg string) {
 		env := os.Environ()
 		sort.Strings(env)
 		r.say(strings.Join(env, "\n") + "\n")
-	case "connect":
-		c, err := net.DialTimeout("tcp", arg, 3*time.Second)
+	case "connect", "connectunix":
+		network := "tcp"
+		if verb == "connectunix" {
+			network = "unix"
+		}
+		c, err := net.DialTimeout(network, arg, 3*time.Second)
 		if err != nil {
-			r.say("connect error: " + err.Error() + "\n")
+			r.say(verb + " error: " + err.Error() + "\n")
 			return
 		}
 		c.Close()
-		r.say("connect ok\n")
+		r.say(verb + " ok\n")
 	case "http":
 		f := strings.Fields(arg)
 		if len(f) != 3 {

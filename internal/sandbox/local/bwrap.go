@@ -132,6 +132,7 @@ func newBwrap(cfg Config) (*bwrap, error) {
 			b.masks = append(b.masks, "--ro-bind", "/dev/null", real)
 		}
 	}
+	b.masks = append(b.masks, sysMasks()...)
 	// Files that ordinary programs need may be symlinks into a hidden
 	// path (/etc/resolv.conf into /run on most distributions): their
 	// targets are put back, read-only.
@@ -184,6 +185,8 @@ func (b *bwrap) sandboxArgs(s *Sandbox) []string {
 	}
 	args = append(args, "--bind", filepath.Join(s.root, "tmp"), "/tmp")
 	args = append(args, b.masks...)
+	args = append(args, b.socketMasks(s)...)
+	args = append(args, cgroupBinds(s.cg)...)
 	if s.isolated() {
 		// The host's resolver may be on its loopback (systemd-resolved,
 		// Docker's 127.0.0.11), which the sandbox does not reach.

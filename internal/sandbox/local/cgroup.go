@@ -18,9 +18,17 @@ type limits struct {
 	memoryBytes int64
 	pids        int64
 	cpuQuota    int64 // microseconds per cpuPeriod
+	// cpuWeight is every sandbox's equal share of contended CPU (cgroup
+	// v2 cpu.weight; v1 cpu.shares scaled from it): the kernel then
+	// divides the CPU between sandboxes, not between their threads, so a
+	// tenant running many threads does not slow its neighbours down.
+	cpuWeight int64
 }
 
-const cpuPeriod = 100000
+const (
+	cpuPeriod = 100000
+	cpuWeight = 100 // the kernel's default weight, written explicitly
+)
 
 func limitsOf(cfg Config) limits {
 	var l limits
@@ -32,6 +40,7 @@ func limitsOf(cfg Config) limits {
 	}
 	if cfg.CPUs > 0 {
 		l.cpuQuota = int64(cfg.CPUs * cpuPeriod)
+		l.cpuWeight = cpuWeight
 	}
 	return l
 }
@@ -247,7 +256,7 @@ func (cg *cgroup) apply(l limits) error {
 			set = append(set, setting{"", "pids.max", itoa(l.pids)})
 		}
 		if l.cpuQuota > 0 {
-			set = append(set, setting{"", "cpu.max", itoa(l.cpuQuota) + " " + itoa(cpuPeriod)})
+			set = append(set, setting{"", "cpu.max", itoa(l.cpuQuota) + " " + itoa(cpuPeriod)}, setting{"", "cpu.weight", itoa(l.cpuWeight)})
 		}
 	} else {
 		if l.memoryBytes > 0 {
@@ -260,7 +269,8 @@ func (cg *cgroup) apply(l limits) error {
 			set = append(set, setting{"pids", "pids.max", itoa(l.pids)})
 		}
 		if l.cpuQuota > 0 {
-			set = append(set, setting{"cpu", "cpu.cfs_period_us", itoa(cpuPeriod)}, setting{"cpu", "cpu.cfs_quota_us", itoa(l.cpuQuota)})
+			set = append(set, setting{"cpu", "cpu.cfs_period_us", itoa(cpuPeriod)}, setting{"cpu", "cpu.cfs_quota_us", itoa(l.cpuQuota)},
+				setting{"cpu", "cpu.shares", itoa(l.cpuWeight * 1024 / 100)})
 		}
 	}
 	for _, s := range set {

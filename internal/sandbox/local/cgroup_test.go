@@ -72,16 +72,16 @@ func read(t *testing.T, path string) string {
 func TestCgroupApply(t *testing.T) {
 	l := limitsOf(Config{MemoryMB: 64, Pids: 32, CPUs: 1.5})
 	t.Run("v2", func(t *testing.T) {
-		dir := fakeGroup(t, "memory.max", "pids.max", "cpu.max") // no swap accounting
+		dir := fakeGroup(t, "memory.max", "pids.max", "cpu.max", "cpu.weight") // no swap accounting
 		cg := &cgroup{v2: true, dirs: map[string]string{"": dir}}
 		if err := cg.apply(l); err != nil {
 			t.Fatal(err)
 		}
 		got := map[string]string{}
-		for _, f := range []string{"memory.max", "pids.max", "cpu.max"} {
+		for _, f := range []string{"memory.max", "pids.max", "cpu.max", "cpu.weight"} {
 			got[f] = read(t, filepath.Join(dir, f))
 		}
-		want := map[string]string{"memory.max": "67108864", "pids.max": "32", "cpu.max": "150000 100000"}
+		want := map[string]string{"memory.max": "67108864", "pids.max": "32", "cpu.max": "150000 100000", "cpu.weight": "100"}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("v2 files (-want +got):\n%s", diff)
 		}
@@ -89,7 +89,7 @@ func TestCgroupApply(t *testing.T) {
 	t.Run("v1", func(t *testing.T) {
 		mem := fakeGroup(t, "memory.limit_in_bytes", "memory.memsw.limit_in_bytes")
 		pids := fakeGroup(t, "pids.max")
-		cpu := fakeGroup(t, "cpu.cfs_period_us", "cpu.cfs_quota_us")
+		cpu := fakeGroup(t, "cpu.cfs_period_us", "cpu.cfs_quota_us", "cpu.shares")
 		cg := &cgroup{dirs: map[string]string{"memory": mem, "pids": pids, "cpu": cpu}}
 		if err := cg.apply(l); err != nil {
 			t.Fatal(err)
@@ -100,10 +100,11 @@ func TestCgroupApply(t *testing.T) {
 			"pids.max":                    read(t, pids+"/pids.max"),
 			"cpu.cfs_quota_us":            read(t, cpu+"/cpu.cfs_quota_us"),
 			"cpu.cfs_period_us":           read(t, cpu+"/cpu.cfs_period_us"),
+			"cpu.shares":                  read(t, cpu+"/cpu.shares"),
 		}
 		want := map[string]string{
 			"memory.limit_in_bytes": "67108864", "memory.memsw.limit_in_bytes": "67108864",
-			"pids.max": "32", "cpu.cfs_quota_us": "150000", "cpu.cfs_period_us": "100000",
+			"pids.max": "32", "cpu.cfs_quota_us": "150000", "cpu.cfs_period_us": "100000", "cpu.shares": "1024",
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("v1 files (-want +got):\n%s", diff)

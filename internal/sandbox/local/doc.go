@@ -4,8 +4,10 @@
 // Isolation "bwrap" (the default) starts every process through bubblewrap in
 // new user, mount, pid, ipc, uts and cgroup namespaces, with no capabilities,
 // the host root read-only, the runner's data dir, /root, /run, the runner's
-// home and Config.Hide masked, a private /proc, /dev and /tmp, and the
-// workspace as the only writable host path (read-only with Spec.ReadOnly).
+// home and Config.Hide masked, the host's unix sockets, cgroup tree and
+// network interfaces in /sys masked (hostmask_linux.go), a private /proc,
+// /dev and /tmp, and the workspace as the only writable host path
+// (read-only with Spec.ReadOnly).
 // Every network mode gets its own network namespace. "on" reaches the
 // public internet through slirp4netns, with an nftables table that rejects
 // the host and private ranges (netstack.go, netrules.go); Config.Network

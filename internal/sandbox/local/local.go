@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -32,9 +33,13 @@ const (
 const (
 	DefaultMemoryMB = 4096
 	DefaultPids     = 1024
-	DefaultCPUs     = 2.0
 	NoLimit         = -1
 )
+
+// DefaultCPUs is the CPU limit of a sandbox when none is configured: half
+// the host's CPUs, at least one, so no single sandbox takes the whole host;
+// under contention sandboxes share by equal weight (cgroup.go).
+func DefaultCPUs() float64 { return max(1, float64(runtime.NumCPU())/2) }
 
 // Config configures the local provider. The zero value of every field but
 // Dir picks a default.
@@ -49,12 +54,14 @@ type Config struct {
 	Isolation string
 	// Bwrap is the bubblewrap binary; empty means "bwrap" looked up in PATH.
 	Bwrap string
-	// Hide lists more host paths (the runner's config file, credentials)
-	// that sandboxes must not see. DataDir, the runner's home, /root, /run
-	// and the paths in alwaysHidden (bwrap.go) are always hidden.
+	// Hide lists more host paths that sandboxes must not see: every path
+	// the runner owns (config.Config.RunnerPaths), its config files,
+	// credentials. DataDir, the runner's home and the paths in
+	// alwaysHidden (bwrap.go) are always hidden.
 	Hide []string
 	// MemoryMB, Pids and CPUs limit each bwrap sandbox (all its processes
-	// together). Zero means the default, NoLimit means no limit. They need
+	// together; CPUs is a quota in CPUs, plus an equal weight). Zero means
+	// the default, NoLimit means no limit. They need
 	// a writable cgroup; New fails when one is asked for and there is none.
 	MemoryMB int
 	Pids     int
@@ -143,7 +150,7 @@ func New(cfg Config) (*Provider, error) {
 	cfg.MemoryMB = orDefault(cfg.MemoryMB, DefaultMemoryMB)
 	cfg.Pids = orDefault(cfg.Pids, DefaultPids)
 	if cfg.CPUs == 0 {
-		cfg.CPUs = DefaultCPUs
+		cfg.CPUs = DefaultCPUs()
 	}
 	log := cfg.Logger
 	if log == nil {
