@@ -117,6 +117,7 @@ type sessionView struct {
 	Status        string    `json:"status"`
 	Running       bool      `json:"running"`
 	Warm          bool      `json:"warm"`
+	Paused        bool      `json:"paused"`
 	LastTurnIndex int       `json:"lastTurnIndex"`
 	LastSeq       int64     `json:"lastSeq"`
 	UpdatedAt     time.Time `json:"updatedAt"`
@@ -138,7 +139,7 @@ func (v sessionView) state() string {
 	switch {
 	case v.Running:
 		return "running"
-	case len(v.Pending) > 0:
+	case v.Paused || len(v.Pending) > 0:
 		return "paused"
 	case v.Warm:
 		return "warm"

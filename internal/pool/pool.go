@@ -292,6 +292,14 @@ func (p *Pool) Has(key string) bool {
 	return ok
 }
 
+// Awaiting reports whether the entry parked under key waits for approval.
+func (p *Pool) Awaiting(key string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e, ok := p.entries[key]
+	return ok && e.awaiting
+}
+
 // Len is the number of parked entries.
 func (p *Pool) Len() int {
 	p.mu.Lock()

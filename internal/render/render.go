@@ -56,17 +56,21 @@ type Renderer struct {
 	w   io.Writer
 	opt Options
 
-	midLine     bool // the last byte written was not a newline
-	thinking    bool // inside a thought block
-	thoughtLen  int  // words of the open thought, when collapsed
-	inWord      bool // the open thought's last rune was not a space
-	tools       map[string]*tool
-	held        *tool           // a tool call announced without arguments yet
-	streamed    map[string]bool // message ids shown through deltas
-	usage       *wire.Usage
-	stopReason  string
-	errShown    string // the last error event's message, not repeated by Result
-	interaction map[string]Approval
+	midLine    bool // the last byte written was not a newline
+	thinking   bool // inside a thought block
+	thoughtLen int  // words of the open thought, when collapsed
+	inWord     bool // the open thought's last rune was not a space
+	tools      map[string]*tool
+	held       *tool           // a tool call announced without arguments yet
+	streamed   map[string]bool // message ids shown through deltas
+	// turnStreamed: a delta of the current turn was shown, so the turn's
+	// coalesced answer (a session log's assistant message, with no id)
+	// is not shown again.
+	turnStreamed bool
+	usage        *wire.Usage
+	stopReason   string
+	errShown     string // the last error event's message, not repeated by Result
+	interaction  map[string]Approval
 }
 
 type tool struct {
@@ -129,6 +133,7 @@ func (r *Renderer) Event(ev wire.Event) {
 	case wire.EventMessageDelta:
 		r.endThought()
 		r.streamed[ev.ID] = true
+		r.turnStreamed = true
 		r.write(Clean(ev.Delta))
 	case wire.EventMessageEnd:
 		r.newline()
@@ -184,13 +189,14 @@ func (r *Renderer) message(ev wire.Event) {
 		return
 	}
 	if ev.Role == "user" {
+		r.turnStreamed = false // a new turn
 		r.newline()
 		for _, l := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
 			r.write(r.paint(sgrBold, "› "+l) + "\n")
 		}
 		return
 	}
-	if r.streamed[ev.ID] {
+	if r.streamed[ev.ID] || (ev.ID == "" && r.turnStreamed) {
 		return
 	}
 	r.newline()
@@ -463,7 +469,19 @@ func textOf(raw json.RawMessage) string {
 	if json.Unmarshal(raw, &s) == nil {
 		return s
 	}
-	return string(raw)
+	// Structured output as JSON a person reads: the encoder that wrote it
+	// escaped <, > and & (\u003e), which a terminal shows literally.
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return string(raw)
+	}
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if enc.Encode(v) != nil {
+		return string(raw)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // exitCode finds a shell's exit status in a tool's raw output, under the

@@ -16,8 +16,8 @@ import (
 
 // configFingerprint hashes what the harness was configured with (reference
 // 6.3): the request minus the conversation, per-turn ids, tracing,
-// credential values and the callback bearer, which rotate without making a
-// live harness wrong.
+// credential values, the callback bearer and the permission policy, which
+// change without making a live harness wrong.
 func configFingerprint(r *wire.Request, provider string) string {
 	c := *r
 	c.Sandbox = provider
@@ -25,6 +25,10 @@ func configFingerprint(r *wire.Request, provider string) string {
 	c.TurnID, c.StreamID, c.SessionID = "", "", ""
 	c.Context, c.Telemetry, c.EffectiveParams, c.Tools = nil, nil, nil, nil
 	c.RunContext = nil
+	// The runner decides every permission request itself, with the turn's
+	// own policy: a live harness is not configured with it, so a turn
+	// with another policy (a terminal's -ask, say) continues it.
+	c.Permissions = nil
 	if c.ToolCallback != nil {
 		cb := *c.ToolCallback
 		cb.Authorization = ""

@@ -35,3 +35,20 @@ func TestHistoryFingerprint(t *testing.T) {
 		t.Error("tool-call order ignored")
 	}
 }
+
+// TestConfigFingerprintIgnoresPermissions: the runner answers every
+// permission request with the turn's own policy, so a turn with another
+// policy (runner run without -ask after one with it) continues the live
+// harness; a change the harness is configured with does not.
+func TestConfigFingerprintIgnoresPermissions(t *testing.T) {
+	base := &wire.Request{Harness: "claude", Model: "m", Permissions: &wire.Permissions{Default: "ask"}}
+	other := *base
+	other.Permissions = &wire.Permissions{Default: "allow_reads"}
+	if configFingerprint(base, "local") != configFingerprint(&other, "local") {
+		t.Error("a permission policy change changed the config fingerprint")
+	}
+	other.Model = "m2"
+	if configFingerprint(base, "local") == configFingerprint(&other, "local") {
+		t.Error("a model change kept the config fingerprint")
+	}
+}

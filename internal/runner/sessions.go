@@ -15,12 +15,15 @@ import (
 
 // SessionView is a session as the /v1 API shows it.
 type SessionView struct {
-	ID              string     `json:"id"`
-	ProjectID       string     `json:"projectId,omitempty"`
-	Harness         string     `json:"harness,omitempty"`
-	Status          string     `json:"status"`
-	Running         bool       `json:"running"`
-	Warm            bool       `json:"warm"`
+	ID        string `json:"id"`
+	ProjectID string `json:"projectId,omitempty"`
+	Harness   string `json:"harness,omitempty"`
+	Status    string `json:"status"`
+	Running   bool   `json:"running"`
+	Warm      bool   `json:"warm"`
+	// Paused: the warm harness waits for an approval (its interactions
+	// are listed by GET /v1/sessions/{id}).
+	Paused          bool       `json:"paused"`
 	SandboxProvider string     `json:"sandboxProvider,omitempty"`
 	SandboxID       string     `json:"sandboxId,omitempty"`
 	AgentSessionID  string     `json:"agentSessionId,omitempty"`
@@ -56,6 +59,9 @@ func (s *Service) view(sess store.Session) SessionView {
 	_, v.Running = s.busy[key]
 	s.mu.Unlock()
 	v.Warm = s.warmKey(key)
+	for _, p := range s.pools {
+		v.Paused = v.Paused || p.Awaiting(key)
+	}
 	return v
 }
 
