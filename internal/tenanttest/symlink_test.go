@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/agentrunner/runner/internal/platform/platformtest"
 )
 
 // victimContent is what the host files the attacks aim at hold; a test
@@ -154,5 +156,53 @@ func TestAttackWorkspaceLinksCheckpointRestore(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAttackAttachmentLink: the uploader of an attachment picks its name
+// and bytes, and the runner writes it to attachments/<name> in the
+// workspace on the host. The agent first links that file to a host file,
+// or the attachments directory to a host directory. What must hold: the
+// host file and directory are untouched; a link at the file is replaced
+// by the attachment (the turn works), a linked directory fails the turn
+// naming it.
+func TestAttackAttachmentLink(t *testing.T) {
+	needBwrap(t)
+	const cred = "Secret tenanttest-run-credential"
+	f := platformtest.New(t, cred)
+	f.AddAttachment("att-1", platformtest.Attachment{Filename: "notes.txt", MediaType: "text/plain", Data: []byte("uploaded bytes")})
+	r := start(t)
+	turnWith := func(session string, content any) turn {
+		return r.stream(t, map[string]any{
+			"harness": "fake", "sessionId": session,
+			"messages": []any{map[string]any{"role": "user", "content": content}},
+			"telemetry": map[string]any{"exporters": map[string]any{"otlp": map[string]any{
+				"endpoint": f.URL + "/otlp/v1/traces", "headers": map[string]string{"authorization": cred}}}},
+			"runContext": map[string]any{"workflow": map[string]any{"artifact": map[string]any{"id": "wf-1", "slug": "agent"}}},
+		})
+	}
+	withAttachment := []any{
+		map[string]any{"type": "attachment", "attachmentId": "att-1", "filename": "notes.txt", "mimeType": "text/plain", "size": 14},
+		map[string]any{"type": "text", "text": "exec cat attachments/notes.txt; test -L attachments/notes.txt && echo STILL-A-LINK\n"},
+	}
+
+	victim, dir := hostVictim(t)
+	if tr := turnWith("att-file-link", "exec mkdir attachments && ln -s "+victim+" attachments/notes.txt && echo planted"); !tr.Result.OK || !strings.Contains(tr.Text(), "planted") {
+		t.Fatalf("planting turn: %+v %q\n%s", tr.Result, tr.Text(), r.Log())
+	}
+	tr := turnWith("att-file-link", withAttachment)
+	victimUntouched(t, r, victim)
+	if !tr.Result.OK || !strings.Contains(tr.Text(), "uploaded bytes") || strings.Contains(tr.Text(), "STILL-A-LINK") {
+		t.Fatalf("attachment over a linked file: ok=%v %q %q; want the attachment as a regular file\n%s", tr.Result.OK, tr.Text(), tr.Result.Error, r.Log())
+	}
+
+	victim, dir = hostVictim(t)
+	if tr := turnWith("att-dir-link", "exec ln -s "+dir+" attachments && echo planted"); !tr.Result.OK || !strings.Contains(tr.Text(), "planted") {
+		t.Fatalf("planting turn: %+v %q\n%s", tr.Result, tr.Text(), r.Log())
+	}
+	tr = turnWith("att-dir-link", withAttachment)
+	victimUntouched(t, r, victim)
+	if tr.Result.OK || !strings.Contains(tr.Result.Error, "attachments") {
+		t.Fatalf("attachment into a linked directory: ok=%v error %q; want a failure naming attachments\n%s", tr.Result.OK, tr.Result.Error, r.Log())
 	}
 }
