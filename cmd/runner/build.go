@@ -10,11 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/agentrunner/runner/internal/agent"
 	"github.com/agentrunner/runner/internal/agent/acp"
 	"github.com/agentrunner/runner/internal/config"
 	"github.com/agentrunner/runner/internal/gateway"
+	"github.com/agentrunner/runner/internal/lograte"
 	"github.com/agentrunner/runner/internal/metrics"
 	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/sandbox"
@@ -40,6 +42,18 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 		return slog.New(slog.DiscardHandler)
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+// logBurstWindow is how long serve's log counts identical warnings and
+// errors before writing their count (a store that fails every write must
+// not write thousands of lines a second).
+const logBurstWindow = 10 * time.Second
+
+// rateLimited wraps log's handler in a lograte.Handler; the returned
+// function writes the counts left and must run last.
+func rateLimited(log *slog.Logger) (*slog.Logger, func()) {
+	h := lograte.New(log.Handler(), logBurstWindow)
+	return slog.New(h), h.Close
 }
 
 // buildService wires the implementations the configuration names. The

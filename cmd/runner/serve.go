@@ -51,7 +51,8 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 		fmt.Fprintln(stderr, "runner:", err)
 		return 2
 	}
-	log := newLogger(stderr, cfg.LogLevel)
+	log, flushLog := rateLimited(newLogger(stderr, cfg.LogLevel))
+	defer flushLog()
 	log.Info("runner config " + cfg.Summary())
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		fmt.Fprintf(stderr, "runner: data dir %s: %v (set AGENTA_RUNNER_DATA_DIR to a writable directory)\n", cfg.DataDir, err)
