@@ -83,6 +83,11 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 		fmt.Fprintln(stderr, "runner: recover after restart:", err)
 		return 1
 	}
+	// Probes the store for /ready and writes the outcomes of turns whose
+	// commit failed (AGENTA_RUNNER_STORE_PROBE_INTERVAL_MS).
+	watch := svc.WatchStore(cfg.StoreProbeInterval)
+	watch.Start()
+	defer watch.Stop()
 	// Deletes remote sandboxes no session owns (AGENTA_RUNNER_DAYTONA_REAP_INTERVAL_MS).
 	reaper := svc.Reaper(cfg.Daytona.ReapInterval)
 	reaper.Start()

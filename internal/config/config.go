@@ -54,6 +54,10 @@ type Config struct {
 	LocalNetworkAllow []string
 
 	DatabaseURL string
+	// StoreProbeInterval is how often the store is probed with a write
+	// for readiness (sooner, with a backoff, after a failed write); 0:
+	// never, and readiness ignores the store.
+	StoreProbeInterval time.Duration
 	// StoreURL is the durable workspace store (AGENTA_RUNNER_STORE_URL):
 	// empty for a directory in the data dir, "off" for none.
 	StoreURL        string
@@ -165,6 +169,7 @@ func Load(environ []string) (Config, []string, error) {
 		MetricsAddr:       l.listenAddr("AGENTA_RUNNER_METRICS_ADDR"),
 	}
 	c.HarnessDir = l.str("AGENTA_RUNNER_HARNESS_DIR", filepath.Join(c.DataDir, "harnesses"))
+	c.StoreProbeInterval = l.msOff("AGENTA_RUNNER_STORE_PROBE_INTERVAL_MS", 5_000)
 	c.Platform = loadPlatform(l)
 
 	// Providers.

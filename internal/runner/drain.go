@@ -36,12 +36,14 @@ func (s *Service) stopTaking(flag *bool) []*turn {
 	return turns
 }
 
-// Ready reports whether the replica takes new turns: nil, or why not.
+// Ready reports whether the replica takes new turns: nil, or why not
+// (draining, or its store cannot be written: storewatch.go).
 func (s *Service) Ready() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.draining || s.closing {
+	stopping := s.draining || s.closing
+	s.mu.Unlock()
+	if stopping {
 		return errDraining
 	}
-	return nil
+	return s.health.state()
 }

@@ -116,6 +116,13 @@ func (l *eventLog) fire() {
 func (l *eventLog) take(batch []store.Event) (_ []store.Event, begin, end *store.Turn, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.err != nil {
+		// A commit failed: the log has a gap, and the store likely fails
+		// the rest too, each after its timeout. Nothing more is written;
+		// the turn fails and the StoreWatch records its outcome.
+		l.pending, l.end, l.draining = l.pending[:0], nil, false
+		return nil, nil, nil, false
+	}
 	n := min(len(l.pending), maxEventBatch)
 	batch = append(batch[:0], l.pending[:n]...)
 	l.pending = append(l.pending[:0], l.pending[n:]...)
@@ -251,6 +258,7 @@ func (t *turn) finish(done wire.Event, end *store.Turn) error {
 	t.mu.Lock()
 	t.seq++
 	seq := t.seq
+	at := len(t.events)
 	t.events = append(t.events, done)
 	if t.observers != nil {
 		t.observeEvent(done)
@@ -259,13 +267,17 @@ func (t *turn) finish(done wire.Event, end *store.Turn) error {
 	endErr, err := t.evlog.finish(store.Event{Seq: seq, TurnIndex: t.index, Time: time.Now(), Event: done}, end)
 	if berr := t.evlog.awaitBegin(); berr != nil {
 		// Not in the ledger (nothing of it was written): not done.
-		done.StopReason = "error"
 		t.beginErr = fmt.Errorf("record the turn in the ledger: %w", berr)
 		err = errors.Join(err, t.beginErr)
 	} else if endErr != nil {
 		t.log.Error("record turn outcome", logkey.Error, endErr)
 	}
 	t.mu.Lock()
+	if err != nil {
+		// Not all on disk: not done, whatever the harness said.
+		done.StopReason = "error"
+		t.events[at] = done
+	}
 	t.hub.committed(seq) // committed, or failed for good: the log is all there will be
 	t.hub.publish(wire.Record{Kind: wire.RecordEvent, Seq: seq, Event: &done})
 	t.mu.Unlock()

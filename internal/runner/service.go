@@ -130,6 +130,7 @@ type Service struct {
 	store     store.Store
 	pools     map[string]*pool.Pool // by provider; absent = no keep-alive
 	hubs      hubs
+	health    storeHealth // storewatch.go
 	log       *slog.Logger
 
 	// mu guards the following.
@@ -191,6 +192,7 @@ func New(cfg Config, providers []sandbox.Provider, driver agent.Driver, st store
 		cfg: cfg, providers: map[string]sandbox.Provider{}, harnesses: map[string]harness{},
 		driver: driver, store: st, log: cfg.Logger,
 		inflight: map[*turn]struct{}{}, busy: map[string]*turn{}, paused: map[string]*wire.Request{}, held: map[string]heldSession{},
+		health: storeHealth{wake: make(chan struct{}, 1), pending: map[turnRef]store.Turn{}},
 	}
 	s.pools = map[string]*pool.Pool{}
 	for _, p := range providers {
@@ -454,7 +456,7 @@ func (s *Service) claim(ctx context.Context, t *turn) error {
 		if errors.As(err, &le) {
 			return errdefs.With(errdefs.ErrConflict, fmt.Errorf("session %s is running on replica %s until %s; retry after that or send the turn to that replica", le.SessionID, le.Owner, le.Expires.UTC().Format(time.RFC3339)))
 		}
-		return fmt.Errorf("lease session %s: %w", t.plan.req.SessionID, err)
+		return s.storeFailed("did not lease session "+t.plan.req.SessionID, err)
 	}
 	t.leaseUntil = now.Add(s.cfg.LeaseTTL)
 	return nil

@@ -43,8 +43,10 @@ type turn struct {
 	index        int // ledger index, -1 without a session
 	evlog        *eventLog
 	// beginErr is set when the ledger refused the turn's begin, which
-	// rides in its events' commit: the turn then fails.
+	// rides in its events' commit; storeErr when its commit failed (or
+	// the begin was refused): the turn then fails.
 	beginErr error
+	storeErr error
 	hub      *hub // the session's followers, set with evlog
 	watch    *watchdog
 	// leaseUntil is when the session lease this turn holds runs out.
@@ -222,9 +224,9 @@ func (t *turn) run(ctx context.Context) (out agent.Outcome, err error) {
 	var lv *live
 	defer func() {
 		t.settle(lv, out, err)
-		if err == nil && t.beginErr != nil {
-			// Its begin rode in the turn's commit, and was refused.
-			err = t.beginErr
+		if err == nil && t.storeErr != nil {
+			// Its commit failed, or its begin rode in it and was refused.
+			err = t.storeErr
 		}
 	}()
 
@@ -343,7 +345,7 @@ func (t *turn) begin(ctx context.Context) ([]wire.Message, error) {
 		return nil, errdefs.With(errdefs.ErrConflict, fmt.Errorf("session %s was deleted; start a new sessionId", sess.ID))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("session %s: %w", p.req.SessionID, err)
+		return nil, fmt.Errorf("session %s: %w", p.req.SessionID, t.svc.storeFailed("did not read or record the session", err))
 	}
 	rec := store.Turn{
 		SessionID: sess.ID, Index: sess.LastTurnIndex + 1, TurnID: p.req.TurnID, Harness: p.harness.spec.Name,
@@ -356,7 +358,7 @@ func (t *turn) begin(ctx context.Context) ([]wire.Message, error) {
 	if _, ok := st.(store.TurnWriter); ok && t.cached != nil {
 		begin = &rec
 	} else if _, err := st.BeginTurn(ctx, rec); err != nil {
-		return nil, fmt.Errorf("begin turn of session %s: %w", sess.ID, err)
+		return nil, fmt.Errorf("begin turn of session %s: %w", sess.ID, t.svc.storeFailed("did not record the turn", err))
 	}
 	t.index = rec.Index
 	t.begun = sess
@@ -643,10 +645,16 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 		if werr := t.finish(done, outcome); werr != nil {
 			t.svc.forgetHold(t.plan.req.SessionID) // the log's last seq is unknown
 			t.log.Error("event log incomplete for this turn", logkey.Error, werr)
+			t.storeErr = t.svc.storeFailed("did not record the turn", werr)
+			if outcome != nil && !refused(werr) {
+				rec := *outcome
+				rec.TurnID = t.plan.req.TurnID
+				t.svc.retryOutcome(rec, t.storeErr)
+			}
 		}
 		t.hub.release() // done is the last record it publishes
-		if err == nil && t.beginErr != nil {
-			err = t.beginErr // its harness is not kept
+		if err == nil && t.storeErr != nil {
+			err = t.storeErr // its harness is not kept
 		}
 		if t.stored != nil {
 			t.stored.LastSeq = t.lastSeq()

@@ -106,6 +106,14 @@ type ReplicaLocal interface {
 	ReplicaLocal() bool
 }
 
+// Prober is an optional ability of a Store: a cheap check that it can be
+// written now, for readiness. Probe commits a write that changes no data
+// and fails, naming the cause, when the store cannot take writes (its
+// disk is full or read-only, its server does not answer or is a standby).
+type Prober interface {
+	Probe(ctx context.Context) error
+}
+
 // Sandboxes records the sandboxes the runner created, so that a restarted
 // runner can find, reuse or reap them.
 type Sandboxes interface {

@@ -26,9 +26,10 @@ const busyTimeout = 10 * time.Second
 
 // Store is a store.Store in one SQLite file.
 type Store struct {
-	w  *sql.DB // one connection; every write goes through it
-	r  *sql.DB // read-only connections
-	ck *sql.DB // the checkpointer's connection
+	path string  // absolute
+	w    *sql.DB // one connection; every write goes through it
+	r    *sql.DB // read-only connections
+	ck   *sql.DB // the checkpointer's connection
 
 	// The statements of AppendEvents and the turn ledger, prepared once
 	// on w.
@@ -55,7 +56,12 @@ type Store struct {
 var (
 	_ store.Store        = (*Store)(nil)
 	_ store.ReplicaLocal = (*Store)(nil)
+	_ store.Prober       = (*Store)(nil)
+	_ fmt.Stringer       = (*Store)(nil)
 )
+
+// String names the store in errors: the file.
+func (s *Store) String() string { return "SQLite store " + s.path }
 
 // ReplicaLocal implements store.ReplicaLocal: the file is in this
 // replica's data dir (processes sharing one file on one host would be
@@ -90,7 +96,7 @@ func open(ctx context.Context, path string) (_ *Store, err error) {
 		"synchronous(NORMAL)",
 		"foreign_keys(ON)",
 	}
-	s := &Store{}
+	s := &Store{path: abs}
 	defer func() {
 		if err != nil {
 			s.closeDBs()
