@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -74,13 +75,24 @@ func TestRunBesideServeLeavesItsSockets(t *testing.T) {
 		{"run", "--harness", "fake", "-workdir", t.TempDir(), "-session", "cli1", "--prompt", "say in a workdir"},
 	} {
 		var out, errb bytes.Buffer
-		if code := run(t.Context(), args, env, nil, &out, &errb); code != 0 {
+		if code := run(t.Context(), args, serviceEnv(env, base), nil, &out, &errb); code != 0 {
 			t.Fatalf("%v: code %d: %s %s", args, code, out.String(), errb.String())
+		}
+		// -workdir runs here although a service is up: it says so.
+		if notice := strings.Contains(errb.String(), "running in-process") && strings.Contains(errb.String(), base); notice != slices.Contains(args, "-workdir") {
+			t.Errorf("%v: stderr %q", args, errb.String())
 		}
 	}
 	if res := postTurn(t, base, `{"harness":"fake","messages":[{"role":"user","content":"say after"}]}`); !res.OK || res.Output != "after" {
 		t.Fatalf("the service's turn after runner run: %+v", res)
 	}
+}
+
+// serviceEnv points runner run's service address (AGENTA_RUNNER_HOST and
+// _PORT) at base.
+func serviceEnv(env []string, base string) []string {
+	host, port, _ := net.SplitHostPort(strings.TrimPrefix(base, "http://"))
+	return append(append([]string(nil), env...), "AGENTA_RUNNER_HOST="+host, "AGENTA_RUNNER_PORT="+port)
 }
 
 // TestSecondServeOnOneDataDirIsRefused: two services on one data dir

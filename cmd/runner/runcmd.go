@@ -156,6 +156,13 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 		*base, found = serviceURL, true // the service may hold the session warm
 	}
 
+	if *base == "" && cfg.Workdir != "" && healthAt(ctx, serviceURL) {
+		// -workdir binds a directory of this machine, so the turn runs
+		// here even with a service up: say so, it holds no warm state of
+		// this turn and its settings do not apply.
+		fmt.Fprintf(stderr, "runner: running in-process (-workdir binds a directory of this machine); the service at %s is not used\n", serviceURL)
+	}
+
 	var backend turns
 	if *base != "" {
 		if cfg.Token == "" {

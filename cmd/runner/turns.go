@@ -157,17 +157,28 @@ func failedResult(req *wire.Request, err error) wire.Result {
 	return wire.Result{SessionID: req.SessionID, Messages: []wire.OutMessage{}, Events: []wire.Event{}, Error: err.Error()}
 }
 
+// healthAt reports whether a runner answers /health at base.
+func healthAt(ctx context.Context, base string) bool { return answers(ctx, base+"/health", "") }
+
 // serviceAt reports whether a runner service at base answers
-// GET /v1/sessions with this token, quickly: `runner run -session` prefers a running
-// service, which may hold the session warm.
+// GET /v1/sessions with this token, quickly: `runner run -session` prefers
+// a running service, which may hold the session warm.
 func serviceAt(ctx context.Context, base, token string) bool {
+	return answers(ctx, base+"/v1/sessions?limit=1", token)
+}
+
+// answers reports whether a GET of url (with the bearer token, if any)
+// answers 200 within half a second.
+func answers(ctx context.Context, url, token string) bool {
 	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
-	hr, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/sessions?limit=1", nil)
+	hr, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return false
 	}
-	hr.Header.Set("Authorization", "Bearer "+token)
+	if token != "" {
+		hr.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := http.DefaultClient.Do(hr)
 	if err != nil {
 		return false
