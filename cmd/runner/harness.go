@@ -422,8 +422,9 @@ func harnessBinds(cfg config.Config, log *slog.Logger) []sandbox.Bind {
 
 // harnessCmd is `runner harness install <name>…` and `runner harness list`.
 func harnessCmd(ctx context.Context, args []string, environ []string, stdout, stderr io.Writer) int {
-	const help = "usage: runner harness install <name>… | runner harness list [--json]\n" +
-		"Harnesses install with npm into AGENTA_RUNNER_HARNESS_DIR (default <data dir>/harnesses).\n"
+	help := "usage: runner harness install <name>… | runner harness install all | runner harness list [--json]\n" +
+		"Harnesses install with npm, at pinned versions, into AGENTA_RUNNER_HARNESS_DIR (default <data dir>/harnesses).\n" +
+		"Installable: " + strings.Join(harness.Names(), ", ") + "\n"
 	if len(args) == 0 {
 		fmt.Fprint(stderr, help)
 		return 2

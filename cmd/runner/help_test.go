@@ -15,11 +15,11 @@ func TestHelpExitsZeroOnEverySubcommand(t *testing.T) {
 		flags []string // flags the help must list
 	}{
 		{[]string{"serve"}, nil},
-		{[]string{"run"}, []string{"-harness", "-prompt", "-stream"}},
-		{[]string{"health"}, []string{"-url"}},
-		{[]string{"sessions"}, []string{"-url"}},
+		{[]string{"run"}, []string{"-harness", "-prompt", "-stream", "Exit status", "130"}},
+		{[]string{"health"}, []string{"-url", "-o"}},
+		{[]string{"sessions"}, []string{"-url", "sessions tail", "sessions [flags] ID"}},
 		{[]string{"harness"}, nil},
-		{[]string{"harness", "install"}, nil},
+		{[]string{"harness", "install"}, []string{"claude", "pi_core", "gemini"}},
 		{[]string{"harness", "list"}, []string{"-json"}},
 		{[]string{"daytona"}, nil},
 		{[]string{"daytona", "snapshot", "build"}, []string{"-name", "-base", "-harness", "-timeout"}},
@@ -49,5 +49,25 @@ func TestHelpExitsZeroOnEverySubcommand(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// runner health summarises /health for a person (-o text, the default on
+// a terminal) and prints the body as it came with -o json or when piped.
+func TestHealthSummary(t *testing.T) {
+	env := testEnv(t, "AGENTA_RUNNER_TOKEN="+testToken)
+	base := serveOn(t, env)
+	var out, errb bytes.Buffer
+	if code := run(t.Context(), []string{"health", "-url", base, "-o", "text"}, env, nil, &out, &errb); code != 0 {
+		t.Fatalf("code %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"runner ", base + ": ok", "harnesses", "fake", "provider   local  isolation none", "turns      0 running"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if code := run(t.Context(), []string{"health", "-url", base}, env, nil, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "{") {
+		t.Errorf("piped: code %d, want the JSON body: %s", code, out.String())
 	}
 }

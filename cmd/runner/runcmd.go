@@ -47,6 +47,14 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 	workdir := fs.String("workdir", "", "run the harness in this directory, bound writable into the sandbox (in-process only)")
 	requestFile := fs.String("request", "", "a run request as a JSON file (model connection, permissions, ...); the prompt is added as its last user message")
 	base := fs.String("url", "", "run on the service at this base URL (token from AGENTA_RUNNER_TOKEN) instead of in-process")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "usage: runner run [flags] [prompt…]   (or a request as JSON on stdin)\n\n"+
+			"Runs one turn, in this process or on a running service, shown as it happens.\n\n"+
+			"Exit status: 0 the turn ended well; 1 it failed (the error is shown); 2 bad flags or\n"+
+			"request; 3 it paused for an approval nobody here could give (answer it with -url on\n"+
+			"the service); 130 interrupted (Ctrl-C).\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
 	if code, ok := parseFlags(fs, args, stdout); !ok {
 		return code
 	}

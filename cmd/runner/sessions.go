@@ -42,6 +42,13 @@ func sessions(ctx context.Context, args []string, environ []string, stdout, stde
 		after = fs.Int64("after", 0, "start after this event sequence number (0: the whole log)")
 		thoughts = fs.Bool("thoughts", false, "show the harness's thoughts in full, dimmed")
 	}
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "usage: runner sessions [flags]           list the sessions, most recent first\n"+
+			"       runner sessions [flags] ID        one session: its turns and pending approvals\n"+
+			"       runner sessions tail [flags] ID   follow its events live, rendered (Ctrl-C stops)\n\n"+
+			"The service's token comes from AGENTA_RUNNER_TOKEN.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
 	if code, ok := parseFlags(fs, args, stdout); !ok {
 		return code
 	}
