@@ -46,9 +46,10 @@ type plan struct {
 	renders *renders
 }
 
-// admit checks a request against the deployment and builds its plan. Every
-// refusal names the field to fix; nothing is created before it passes.
-func (s *Service) admit(req *wire.Request) (*plan, error) {
+// admit checks a request against the deployment and builds its plan, its
+// look-ups bounded by ctx (the request's). Every refusal names the field
+// to fix; nothing is created before it passes.
+func (s *Service) admit(ctx context.Context, req *wire.Request) (*plan, error) {
 	p := &plan{req: req}
 	name := req.Harness
 	if name == "" {
@@ -123,7 +124,7 @@ func (s *Service) admit(req *wire.Request) (*plan, error) {
 		}
 		// The harness dials these from inside the sandbox; admission is
 		// the one place the runner can refuse an internal address.
-		if err := tools.CheckMCPServer(context.Background(), s.cfg.Tools.Base, m.Connection.URL); err != nil {
+		if err := tools.CheckMCPServer(ctx, s.cfg.Tools.Base, m.Connection.URL); err != nil {
 			return nil, fmt.Errorf("mcpServers[%d].connection.url: %w", i, err)
 		}
 	}
