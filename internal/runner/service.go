@@ -304,7 +304,7 @@ func (s *Service) Start(ctx context.Context, req *wire.Request) (*Turn, error) {
 	if req.TurnID == "" {
 		req.TurnID = newID()
 	}
-	p, err := s.admit(req)
+	p, err := s.admit(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -579,8 +579,9 @@ func projectOf(r *wire.Request) string {
 	return r.ProjectID
 }
 
-// Shutdown refuses new turns, cancels in-flight ones, releases warm
-// sessions and waits for all teardown, bounded by ctx.
+// Shutdown refuses new turns, cancels in-flight ones (waiting for them
+// until ctx ends), then releases the warm sessions and waits for their
+// teardowns, each bounded by the teardown timeout.
 func (s *Service) Shutdown(ctx context.Context) error {
 	turns := s.stopTaking(&s.closing)
 	for _, t := range turns {
@@ -589,17 +590,14 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	for _, t := range turns {
 		t.waitDone(ctx)
 	}
-	done := make(chan struct{})
-	go func() {
-		for _, p := range s.pools {
-			p.Close()
-		}
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
+	// The warm sessions' teardowns write to the store: the caller closes
+	// it once Shutdown returns, so they are waited for even past ctx (each
+	// is bounded by the teardown timeout), the pools side by side.
+	var wg sync.WaitGroup
+	for _, p := range s.pools {
+		wg.Go(p.Close)
 	}
+	wg.Wait()
 	s.closeObservers(ctx)
 	return ctx.Err()
 }

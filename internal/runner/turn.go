@@ -721,7 +721,7 @@ func (s *Service) park(key string, lv *live, awaiting bool, leaseUntil time.Time
 	// Renew only when the lease the turn holds would lapse while parked: a
 	// write per warm turn saved.
 	if now := time.Now(); leaseUntil.Before(now.Add(ttl + 10*time.Second)) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.TeardownTimeout)
 		if _, err := s.store.AcquireLease(ctx, sessionID, s.cfg.ReplicaID, now, ttl+s.cfg.LeaseTTL); err != nil {
 			s.log.Warn("renew session lease for the warm harness", logkey.Session, sessionID, logkey.Error, err)
 			stored = nil
@@ -744,7 +744,7 @@ func (s *Service) park(key string, lv *live, awaiting bool, leaseUntil time.Time
 
 func (s *Service) releaseLease(sessionID string) {
 	s.forgetHold(sessionID)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.TeardownTimeout)
 	defer cancel()
 	if err := s.store.ReleaseLease(ctx, sessionID, s.cfg.ReplicaID); err != nil {
 		s.log.Warn("release session lease", logkey.Session, sessionID, logkey.Error, err)
@@ -791,7 +791,7 @@ func (lv *live) release(ctx context.Context, s *Service, reason string) {
 }
 
 func (s *Service) recordSandbox(info sandbox.Info, sessionID string, state store.SandboxState) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.TeardownTimeout)
 	defer cancel()
 	rec := store.Sandbox{Provider: info.Provider, ID: info.ID, SessionID: sessionID, State: state}
 	if sessionID == "" {
