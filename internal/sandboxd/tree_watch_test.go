@@ -24,7 +24,9 @@ import (
 
 // swappableDaemon serves whichever daemon is current, as a sandbox's
 // fixed address does across daemon restarts; it counts the bytes of scan
-// answers.
+// answers as they are written, before the client can have them (counted
+// once the handler returned, a test reading the count right after its
+// scan could miss them).
 type swappableDaemon struct {
 	h         atomic.Pointer[http.Handler]
 	scanBytes atomic.Int64
@@ -33,22 +35,20 @@ type swappableDaemon struct {
 func (d *swappableDaemon) set(t *testing.T, h http.Handler) { d.h.Store(&h) }
 
 func (d *swappableDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	cw := &countingWriter{ResponseWriter: w}
-	(*d.h.Load()).ServeHTTP(cw, r)
 	if r.URL.Path == "/v1/tree/scan" {
-		d.scanBytes.Add(cw.n)
+		w = &countingWriter{ResponseWriter: w, n: &d.scanBytes}
 	}
+	(*d.h.Load()).ServeHTTP(w, r)
 }
 
 type countingWriter struct {
 	http.ResponseWriter
-	n int64
+	n *atomic.Int64
 }
 
 func (c *countingWriter) Write(b []byte) (int, error) {
-	n, err := c.ResponseWriter.Write(b)
-	c.n += int64(n)
-	return n, err
+	c.n.Add(int64(len(b)))
+	return c.ResponseWriter.Write(b)
 }
 
 func newDaemon(t *testing.T) *Server {
