@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/agentrunner/runner/internal/sandbox/egress"
 )
 
 // ErrBlocked marks a user MCP server URL the SSRF guard refuses.
@@ -108,15 +110,16 @@ func (g *guard) dialContext(ctx context.Context, network, addr string) (net.Conn
 	return nil, errors.Join(errs...)
 }
 
-// blockedPrefixes are the ranges netip's predicates do not cover; together
-// they mirror Python's is_private plus multicast (reference 9.8), and add
-// carrier-grade NAT, which is private in practice.
-var blockedPrefixes = func() []netip.Prefix {
+// mcpExtra are refused for user MCP servers beyond the sandbox egress
+// policy's ranges (egress.Ranges: loopback, private, link-local, CGNAT,
+// multicast, reserved, and their IPv6, IPv4-mapped, IPv4-compatible and
+// NAT64 forms): the documentation and special-purpose ranges, which make
+// the whole mirror Python's is_private plus multicast (reference 9.8).
+var mcpExtra = func() []netip.Prefix {
 	var ps []netip.Prefix
 	for _, s := range []string{
-		"0.0.0.0/8", "100.64.0.0/10", "192.0.0.0/24", "192.0.2.0/24", "198.18.0.0/15",
-		"198.51.100.0/24", "203.0.113.0/24", "240.0.0.0/4", "255.255.255.255/32",
-		"100::/64", "2001::/23", "fec0::/10", "2001:db8::/32", "64:ff9b:1::/48",
+		"192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24",
+		"100::/64", "2001::/23", "2001:db8::/32",
 	} {
 		ps = append(ps, netip.MustParsePrefix(s))
 	}
@@ -124,21 +127,14 @@ var blockedPrefixes = func() []netip.Prefix {
 }()
 
 // blocked reports whether a is not a public unicast address. IPv4-mapped
-// and IPv4-compatible IPv6 addresses are judged by their IPv4 address.
+// addresses are judged by their IPv4 address; IPv4-compatible ones
+// (deprecated) are refused.
 func blocked(a netip.Addr) bool {
-	a = a.Unmap()
-	if a.Is6() && !a.Is4In6() {
-		b := a.As16()
-		if [12]byte(b[:12]) == ([12]byte{}) && !a.IsUnspecified() && !a.IsLoopback() {
-			a = netip.AddrFrom4([4]byte(b[12:])) // IPv4-compatible ::a.b.c.d
-		}
-	}
-	if !a.IsValid() || a.IsUnspecified() || a.IsLoopback() || a.IsPrivate() ||
-		a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() || a.IsInterfaceLocalMulticast() ||
-		a.IsMulticast() {
+	if egress.Reserved(a) {
 		return true
 	}
-	for _, p := range blockedPrefixes {
+	a = a.Unmap()
+	for _, p := range mcpExtra {
 		if p.Contains(a) {
 			return true
 		}
