@@ -21,6 +21,7 @@ import (
 	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandbox/daytona"
+	"github.com/agentrunner/runner/internal/sandbox/egress"
 	"github.com/agentrunner/runner/internal/sandbox/local"
 	"github.com/agentrunner/runner/internal/store"
 	"github.com/agentrunner/runner/internal/store/postgres"
@@ -60,7 +61,11 @@ func rateLimited(log *slog.Logger) (*slog.Logger, func()) {
 // returned close function releases the store. obs receives the metrics
 // (nil: none); it also implements metrics.Platform and metrics.Checkpoints
 // when it is serve's.
-func buildService(ctx context.Context, cfg config.Config, environ []string, log *slog.Logger, obs metrics.Observer) (*runner.Service, func(), error) {
+//
+// eg is the egress policy every dial for a sandbox follows (the allowlist
+// proxy, the key gateway's upstream) and requests are admitted by; serve
+// adds its listeners to it.
+func buildService(ctx context.Context, cfg config.Config, environ []string, log *slog.Logger, obs metrics.Observer, eg *egress.Policy) (*runner.Service, func(), error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("data dir %s: %w (set AGENTA_RUNNER_DATA_DIR to a writable directory)", cfg.DataDir, err)
 	}
@@ -83,13 +88,13 @@ func buildService(ctx context.Context, cfg config.Config, environ []string, log 
 	}
 	var gw *gateway.Gateway
 	if cfg.KeyGateway {
-		if gw, err = gateway.New(log); err != nil {
+		if gw, err = gateway.New(log, eg); err != nil {
 			stopTools()
 			st.Close()
 			return nil, nil, err
 		}
 	}
-	svc, err := newService(cfg, environ, log, st, replica, tc, gw, obs)
+	svc, err := newService(cfg, environ, log, st, replica, tc, gw, eg, obs)
 	if err != nil {
 		stopTools()
 		if gw != nil {
@@ -174,12 +179,12 @@ func replicaID(cfg config.Config) (string, error) {
 	return id, nil
 }
 
-func newService(cfg config.Config, environ []string, log *slog.Logger, st store.Store, replica string, tc runner.ToolsConfig, gw *gateway.Gateway, obs metrics.Observer) (*runner.Service, error) {
+func newService(cfg config.Config, environ []string, log *slog.Logger, st store.Store, replica string, tc runner.ToolsConfig, gw *gateway.Gateway, eg *egress.Policy, obs metrics.Observer) (*runner.Service, error) {
 	var providers []sandbox.Provider
 	for _, name := range cfg.EnabledProviders {
 		switch name {
 		case "local":
-			p, err := newLocal(cfg, log)
+			p, err := newLocal(cfg, eg, log)
 			if err != nil {
 				return nil, fmt.Errorf("local sandbox provider: %w", err)
 			}
@@ -228,6 +233,7 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 		ApprovalTTL:     cfg.ApprovalTTL,
 		Pools:           pools,
 		Gateway:         gw,
+		Egress:          eg,
 		Limits:          runner.Limits{Total: cfg.RunTotalTimeout, TTFB: cfg.RunTTFBTimeout, Idle: cfg.RunIdleTimeout},
 		SecretRefusal:   refuse,
 		Tools:           tc,
@@ -280,7 +286,7 @@ func newDaytona(cfg config.Config, replica string, log *slog.Logger) (*daytona.P
 
 // newLocal builds the local provider. This binary doubles as the
 // in-sandbox proxy bridge that network mode "allowlist" needs.
-func newLocal(cfg config.Config, log *slog.Logger) (*local.Provider, error) {
+func newLocal(cfg config.Config, eg *egress.Policy, log *slog.Logger) (*local.Provider, error) {
 	exe, err := runnerBinary()
 	if err != nil {
 		return nil, fmt.Errorf("proxy bridge: %w", err)
@@ -308,7 +314,7 @@ func newLocal(cfg config.Config, log *slog.Logger) (*local.Provider, error) {
 		SandboxUID:  cfg.LocalUID,
 		SandboxGID:  cfg.LocalGID,
 		Network:     cfg.LocalNetwork,
-		NetAllow:    cfg.LocalNetworkAllow,
+		Egress:      eg,
 		Logger:      log,
 	})
 }

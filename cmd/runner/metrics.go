@@ -12,13 +12,14 @@ import (
 	"github.com/agentrunner/runner/internal/config"
 	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/metrics/prom"
+	"github.com/agentrunner/runner/internal/sandbox/egress"
 )
 
 // metricsEndpoint serves /metrics: on its own listener, unauthenticated,
 // when AGENTA_RUNNER_METRICS_ADDR is set (for a scraper inside the
 // cluster network), else as a route on the main port behind the token.
 // It returns the routes to add to the main handler and a stop function.
-func metricsEndpoint(cfg config.Config, m *prom.Metrics, log *slog.Logger) ([]api.Route, func(), error) {
+func metricsEndpoint(cfg config.Config, m *prom.Metrics, eg *egress.Policy, log *slog.Logger) ([]api.Route, func(), error) {
 	if cfg.MetricsAddr == "" {
 		return []api.Route{{Pattern: "GET /metrics", Handler: m.Handler()}}, func() {}, nil
 	}
@@ -26,6 +27,7 @@ func metricsEndpoint(cfg config.Config, m *prom.Metrics, log *slog.Logger) ([]ap
 	if err != nil {
 		return nil, nil, fmt.Errorf("metrics listen on %s: %w (set AGENTA_RUNNER_METRICS_ADDR)", cfg.MetricsAddr, err)
 	}
+	eg.AddOwn(ln.Addr()) // never a destination for a sandbox
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", m.Handler())
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}

@@ -22,7 +22,7 @@ func TestRealPiBuiltinTools(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	srv := modeltest.New(t, modeltest.WithScript(realScript))
-	rs := startRealServe(t, ctx, dir, t.TempDir())
+	rs := startRealServe(t, ctx, dir, t.TempDir(), modelAllow(srv))
 	c := realCases["pi_core"]
 	offered := func(session string, tools any) []string {
 		t.Helper()

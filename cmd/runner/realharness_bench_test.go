@@ -39,7 +39,7 @@ func BenchmarkRealHarness(b *testing.B) {
 			ctx, cancel := context.WithTimeout(b.Context(), 10*time.Minute)
 			defer cancel()
 			srv := modeltest.New(b, modeltest.WithScript(realScript))
-			rs := startRealServe(b, ctx, dir, b.TempDir())
+			rs := startRealServe(b, ctx, dir, b.TempDir(), modelAllow(srv))
 			req := func(session string) map[string]any {
 				r := map[string]any{"harness": name, "sessionId": session, "projectId": "bench", "model": c.model, "modelConnection": c.conn(srv),
 					"messages": []any{map[string]any{"role": "user", "content": "say hello"}}}

@@ -42,7 +42,7 @@ func TestRealHarnessesResumeInAnotherWorkdir(t *testing.T) {
 
 			parent := t.TempDir()
 			data := filepath.Join(parent, "first")
-			rs := startRealServe(t, ctx, dir, data)
+			rs := startRealServe(t, ctx, dir, data, modelAllow(srv))
 			tr := rs.stream(t, ctx, req(user("say hello")))
 			tr.wantOK(t, "PONG say hello")
 			rs.stop(t)
@@ -51,7 +51,7 @@ func TestRealHarnessesResumeInAnotherWorkdir(t *testing.T) {
 			if err := os.Rename(data, moved); err != nil {
 				t.Fatal(err)
 			}
-			rs = startRealServe(t, ctx, dir, moved)
+			rs = startRealServe(t, ctx, dir, moved, modelAllow(srv))
 			before := len(srv.Calls())
 			tr = rs.stream(t, ctx, req(user("say hello"), assistant("PONG say hello"), user("say again")))
 			tr.wantOK(t, "PONG say again")

@@ -134,7 +134,7 @@ func TestRealHarnessesServe(t *testing.T) {
 func testRealHarness(t *testing.T, ctx context.Context, dir, name string, c realCase) {
 	srv := modeltest.New(t, modeltest.WithScript(realScript))
 	data := t.TempDir()
-	rs := startRealServe(t, ctx, dir, data)
+	rs := startRealServe(t, ctx, dir, data, modelAllow(srv))
 	req := func(session, perm string, msgs ...any) map[string]any {
 		r := map[string]any{"harness": name, "sessionId": session, "model": c.model, "modelConnection": c.conn(srv),
 			"permissions": map[string]any{"default": perm}, "messages": msgs}
@@ -175,7 +175,7 @@ func testRealHarness(t *testing.T, ctx context.Context, dir, name string, c real
 	// 3. Cold turn after the warm harness is gone (a new runner on the
 	// same data dir), with the whole history: the model sees turn 1.
 	rs.stop(t)
-	rs = startRealServe(t, ctx, dir, data)
+	rs = startRealServe(t, ctx, dir, data, modelAllow(srv))
 	before := len(srv.Calls())
 	tr = rs.stream(t, ctx, req("s1", "allow", user("say hello"), assistant("PONG say hello"), user("use the tool now"), assistant("DONE tool ran"), user("say again")))
 	tr.wantOK(t, "PONG say again")
@@ -263,6 +263,12 @@ func startRealServe(t testing.TB, ctx context.Context, harnessDir, data string, 
 	t.Cleanup(func() { rs.stop(t) })
 	waitReady(t, ctx, rs)
 	return rs
+}
+
+// modelAllow opens the fake model on the host's loopback to the runner:
+// the operator's setting, as a deployment with a local model server sets it.
+func modelAllow(srv *modeltest.Server) string {
+	return "AGENTA_RUNNER_LOCAL_NETWORK_ALLOW=" + strings.TrimPrefix(srv.URL, "http://")
 }
 
 func listenPort(tb testing.TB) int {
@@ -500,7 +506,7 @@ func TestRealHarnessesIsolated(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			rs := startRealServe(t, ctx, hdir, data, "AGENTA_RUNNER_LOCAL_ISOLATION=bwrap")
+			rs := startRealServe(t, ctx, hdir, data, "AGENTA_RUNNER_LOCAL_ISOLATION=bwrap", modelAllow(srv))
 			body := map[string]any{"harness": name, "sessionId": "iso", "model": c.model, "modelConnection": c.conn(srv),
 				"permissions": map[string]any{"default": "allow"}, "messages": []any{map[string]any{"role": "user", "content": "use the tool now"}}}
 			if c.harnessMod != "" {

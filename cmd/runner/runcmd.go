@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/render"
+	"github.com/agentrunner/runner/internal/sandbox/egress"
 	"github.com/agentrunner/runner/internal/wire"
 )
 
@@ -184,13 +185,18 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 			level = "error" // a failed turn is shown by the renderer
 		}
 		log := newLogger(stderr, level)
+		eg, err := egress.New(cfg.LocalNetworkAllow)
+		if err != nil {
+			fmt.Fprintln(stderr, "runner:", err)
+			return 1
+		}
 		id, err := cliReplicaID(cfg)
 		if err != nil {
 			fmt.Fprintln(stderr, "runner:", err)
 			return 1
 		}
 		cfg.ReplicaID = id
-		svc, closeStore, err := buildService(ctx, cfg, environ, log, nil)
+		svc, closeStore, err := buildService(ctx, cfg, environ, log, nil, eg)
 		if err != nil {
 			fmt.Fprintln(stderr, "runner:", err)
 			return 1

@@ -13,6 +13,7 @@ import (
 	"github.com/agentrunner/runner/internal/config"
 	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/metrics/prom"
+	"github.com/agentrunner/runner/internal/sandbox/egress"
 )
 
 func loadConfig(environ []string, stderr io.Writer) (config.Config, bool) {
@@ -66,14 +67,19 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 	defer lock.Close()
 
 	m := prom.New()
-	svc, closeStore, err := buildService(ctx, cfg, environ, log, m)
+	eg, err := egress.New(cfg.LocalNetworkAllow)
+	if err != nil {
+		fmt.Fprintln(stderr, "runner:", err)
+		return 2
+	}
+	svc, closeStore, err := buildService(ctx, cfg, environ, log, m, eg)
 	if err != nil {
 		fmt.Fprintln(stderr, "runner:", err)
 		return 1
 	}
 	defer closeStore()
 	m.Watch(svc)
-	routes, stopMetrics, err := metricsEndpoint(cfg, m, log)
+	routes, stopMetrics, err := metricsEndpoint(cfg, m, eg, log)
 	if err != nil {
 		fmt.Fprintln(stderr, "runner:", err)
 		return 1
@@ -113,6 +119,7 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 		fmt.Fprintln(stderr, "runner:", err)
 		return 1
 	}
+	eg.AddOwn(ln.Addr()) // a model endpoint naming the runner's API is refused
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -42,6 +42,7 @@ func TestRealHarnessesInATerminal(t *testing.T) {
 				"AGENTA_RUNNER_DATA_DIR=" + t.TempDir(),
 				"AGENTA_RUNNER_HARNESS_DIR=" + dir,
 				"AGENTA_RUNNER_LOCAL_ISOLATION=none",
+				modelAllow(srv),
 				"NO_COLOR=1",
 			}
 			tm := startTerm(t, env, "run", "-request", file, "-ask", "use the tool now")

@@ -49,7 +49,10 @@ type Config struct {
 	LocalBwrap     string
 
 	// LocalNetwork is how network "on" reaches out: "isolated" (slirp4netns
-	// and nftables) or "host"; LocalNetworkAllow opens more destinations.
+	// and nftables) or "host". LocalNetworkAllow reopens refused
+	// destinations (internal/sandbox/egress) for every dial made for a
+	// sandbox: network "on", the allowlist proxy, the key gateway's
+	// upstream, model endpoints.
 	LocalNetwork      string
 	LocalNetworkAllow []string
 

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/logkey"
+	"github.com/agentrunner/runner/internal/sandbox/egress"
 )
 
 // Gateway is the runner-side key-injecting proxy.
@@ -29,6 +30,10 @@ type Gateway struct {
 	ln  net.Listener
 	srv *http.Server
 	log *slog.Logger
+
+	// upstream dials endpoints under the egress policy (no environment
+	// proxy: the address checked must be the endpoint's).
+	upstream http.RoundTripper
 
 	// mu guards routes.
 	mu     sync.Mutex
@@ -43,15 +48,25 @@ type route struct {
 }
 
 // New listens on 127.0.0.1 (an ephemeral port) and serves until Close.
-func New(logger *slog.Logger) (*Gateway, error) {
+// Every upstream dial follows policy, on the address actually dialled: an
+// endpoint that is, or resolves to, the host's loopback, networks or the
+// metadata endpoint is refused unless the operator opened it.
+func New(logger *slog.Logger, policy *egress.Policy) (*Gateway, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
+	}
+	if policy == nil {
+		return nil, errors.New("key gateway: no egress policy")
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("key gateway: %w", err)
 	}
-	g := &Gateway{ln: ln, log: logger, routes: map[string]*route{}, done: make(chan struct{})}
+	policy.AddOwn(ln.Addr()) // an endpoint naming the gateway itself loops
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = nil
+	tr.DialContext = policy.Dialer(30 * time.Second).DialContext
+	g := &Gateway{ln: ln, log: logger, upstream: tr, routes: map[string]*route{}, done: make(chan struct{})}
 	// No read or write timeouts: a model's answer streams for minutes.
 	g.srv = &http.Server{Handler: g, ReadHeaderTimeout: 30 * time.Second}
 	go func() {
@@ -117,6 +132,7 @@ func (g *Gateway) Register(baseURL string, keys []string) (Route, error) {
 			pr.Out.Host = rt.target.Host
 			rt.inject(pr.Out)
 		},
+		Transport:     g.upstream,
 		FlushInterval: -1, // server-sent events pass through as they come
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			g.log.Warn("key gateway: upstream failed", logkey.Error, err, "host", rt.target.Host)

@@ -4,13 +4,24 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/agentrunner/runner/internal/gateway"
+	"github.com/agentrunner/runner/internal/sandbox/egress"
 )
+
+func policy(t *testing.T, allow ...string) *egress.Policy {
+	t.Helper()
+	p, err := egress.New(allow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
 
 func TestKeysAreInjectedAndNeverLeaveTheRunner(t *testing.T) {
 	var seen *http.Request
@@ -23,7 +34,8 @@ func TestKeysAreInjectedAndNeverLeaveTheRunner(t *testing.T) {
 		}
 	}))
 	defer up.Close()
-	g, err := gateway.New(nil)
+	// The test's model server is on loopback: the operator opens it.
+	g, err := gateway.New(nil, policy(t, up.Listener.Addr().String()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,12 +84,55 @@ func TestKeysAreInjectedAndNeverLeaveTheRunner(t *testing.T) {
 }
 
 func TestRefusesNonHTTPEndpoints(t *testing.T) {
-	g, err := gateway.New(nil)
+	g, err := gateway.New(nil, policy(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer g.Close()
 	if _, err := g.Register("ftp://x", []string{"k"}); err == nil {
 		t.Fatal("ftp endpoint accepted")
+	}
+}
+
+// The upstream dial follows the egress policy on the address dialled: an
+// endpoint on the host's loopback the operator did not open (a database,
+// the runner itself, the gateway) is never connected to.
+func TestUpstreamOnRefusedAddressIsNeverDialled(t *testing.T) {
+	hit := make(chan struct{}, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hit <- struct{}{} }))
+	defer up.Close()
+	g, err := gateway.New(nil, policy(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	_, port, _ := net.SplitHostPort(up.Listener.Addr().String())
+	for _, base := range []string{up.URL, "http://localhost:" + port, "http://" + g.Addr()} {
+		rt, err := g.Register(base+"/v1", []string{"sk-real"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.Get(rt.BaseURL + "/models")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(b), egress.AllowEnv) && !strings.Contains(string(b), "runner's own") {
+			t.Errorf("%s: %d %s; want 502 naming %s", base, resp.StatusCode, b, egress.AllowEnv)
+		}
+		rt.Release()
+	}
+	select {
+	case <-hit:
+		t.Fatal("the loopback upstream was reached")
+	default:
+	}
+}
+
+func TestNewNeedsAPolicy(t *testing.T) {
+	if g, err := gateway.New(nil, nil); err == nil {
+		g.Close()
+		t.Fatal("a gateway without an egress policy")
 	}
 }

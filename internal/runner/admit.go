@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net"
+	"net/netip"
 	"net/url"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/permission"
@@ -91,6 +95,9 @@ func (s *Service) admit(ctx context.Context, req *wire.Request) (*plan, error) {
 			if p.network != "allowlist" && len(sp.Network.Allowlist) > 0 {
 				return nil, errdefs.Invalidf("sandboxPermission.network.allowlist is only valid with mode \"allowlist\"")
 			}
+			if err := s.checkAllowlist(sp.Network.Allowlist); err != nil {
+				return nil, err
+			}
 		}
 		switch sp.Filesystem {
 		case "", "on", "readonly":
@@ -98,13 +105,15 @@ func (s *Service) admit(ctx context.Context, req *wire.Request) (*plan, error) {
 			return nil, errdefs.Invalidf("sandboxPermission.filesystem: %q is not one of on, readonly", sp.Filesystem)
 		}
 	}
-	if p.network != "off" {
-		// Under "on" too: a local sandbox's isolated network refuses
-		// private and loopback addresses unless they are listed.
-		if mc := req.ModelConnection; mc != nil && mc.Endpoint != nil && mc.Endpoint.BaseURL != "" {
-			if u, err := url.Parse(mc.Endpoint.BaseURL); err == nil && u.Host != "" {
-				p.allow = append(p.allow, u.Host) // the model's own endpoint is always reachable
-			}
+	if mc := req.ModelConnection; mc != nil && mc.Endpoint != nil && mc.Endpoint.BaseURL != "" {
+		open, err := s.admitEndpoint(p.provider, mc)
+		if err != nil {
+			return nil, err
+		}
+		if open != "" && p.network != "off" {
+			// Under "on" too: a local sandbox's isolated network refuses
+			// private addresses unless the operator opened them.
+			p.allow = append(p.allow, open)
 		}
 	}
 
@@ -174,6 +183,98 @@ func (s *Service) admit(ctx context.Context, req *wire.Request) (*plan, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// admitEndpoint refuses a model endpoint on a refused range (the host's
+// loopback or networks, the metadata endpoint, the runner itself) unless
+// the operator opened it: the key gateway would dial it on the host, or
+// the sandbox would be opened to it. It returns what the sandbox must
+// reach when the harness dials the endpoint itself (local_use
+// credentials, no key gateway): its host:port only, never every port ("" when
+// the gateway carries the model traffic, and the sandbox needs only the
+// gateway).
+func (s *Service) admitEndpoint(provider string, mc *wire.ModelConnection) (string, error) {
+	u, err := url.Parse(mc.Endpoint.BaseURL)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return "", errdefs.Invalidf("modelConnection.endpoint.baseUrl: not an absolute http(s) URL")
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	pn, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || pn == 0 {
+		return "", errdefs.Invalidf("modelConnection.endpoint.baseUrl: bad port %q", port)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.cfg.Egress.CheckHost(ctx, u.Hostname(), uint16(pn)); err != nil {
+		return "", errdefs.With(errdefs.ErrInvalid, fmt.Errorf("modelConnection.endpoint.baseUrl: %w", err))
+	}
+	if s.gatewayCarries(mc) {
+		return "", nil
+	}
+	if !s.sharesHost(provider) {
+		// A remote provider filters by host, not port (Daytona), and its
+		// network is not the runner host's.
+		return u.Hostname(), nil
+	}
+	return net.JoinHostPort(u.Hostname(), port), nil
+}
+
+// gatewayCarries reports whether the key gateway carries the model
+// traffic: the harness is given the gateway's base URL (hideKeys).
+func (s *Service) gatewayCarries(mc *wire.ModelConnection) bool {
+	if s.cfg.Gateway == nil {
+		return false
+	}
+	for _, c := range mc.Credentials {
+		if c.Usage == "opaque_http" {
+			return true
+		}
+	}
+	return false
+}
+
+// checkAllowlist refuses allowlist entries that could open nothing but
+// refused space (127.0.0.1/32, 169.254.169.254, localhost:5432), so the
+// client learns why and what to change; a range that only overlaps it
+// (0.0.0.0/0) means the internet, and dials are checked again.
+func (s *Service) checkAllowlist(entries []string) error {
+	for i, e := range entries {
+		e = strings.TrimSpace(e)
+		if strings.Contains(e, "://") {
+			if u, err := url.Parse(e); err == nil {
+				e = u.Host
+			}
+		}
+		host, port := e, 0
+		if h, ps, err := net.SplitHostPort(e); err == nil {
+			host = h
+			port, _ = strconv.Atoi(ps)
+		}
+		host = strings.Trim(host, "[]")
+		var pr netip.Prefix
+		if p, err := netip.ParsePrefix(host); err == nil {
+			pr = p
+		} else if a, err := netip.ParseAddr(host); err == nil {
+			pr = netip.PrefixFrom(a, a.BitLen())
+		} else if h := strings.ToLower(strings.TrimSuffix(host, ".")); h == "localhost" || strings.HasSuffix(h, ".localhost") {
+			pr = netip.MustParsePrefix("127.0.0.1/32")
+		} else {
+			continue // a name: checked at dial time on what it resolves to
+		}
+		var err error
+		if port > 0 && port <= 65535 && pr.IsSingleIP() {
+			err = s.cfg.Egress.Check(netip.AddrPortFrom(pr.Addr(), uint16(port)))
+		} else {
+			err = s.cfg.Egress.CheckPrefix(pr)
+		}
+		if err != nil {
+			return errdefs.With(errdefs.ErrInvalid, fmt.Errorf("sandboxPermission.network.allowlist[%d] %q: %w", i, entries[i], err))
+		}
+	}
+	return nil
 }
 
 // Request paths are capped well inside the kernel's own limits (NAME_MAX

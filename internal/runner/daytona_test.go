@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/gateway"
+	"github.com/agentrunner/runner/internal/sandbox/egress"
 
 	"github.com/agentrunner/runner/internal/agent"
 	"github.com/agentrunner/runner/internal/agent/acp"
@@ -268,7 +269,12 @@ func TestDaytonaKeysStayOutOfTheSandbox(t *testing.T) {
 		_, _ = w.Write([]byte(`{"ok":true}`))
 	}))
 	defer model.Close()
-	g, err := gateway.New(nil)
+	// The test's model server is on loopback: the operator opens it.
+	eg, err := egress.New([]string{model.Listener.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := gateway.New(nil, eg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +284,7 @@ func TestDaytonaKeysStayOutOfTheSandbox(t *testing.T) {
 	ln.Close()
 	fake := daytonatest.New(t, daytonatest.Options{})
 	e := newRemoteEnv(t, fake, nil, func(c *runner.Config) {
-		c.Gateway, c.ModelForwardAddr = g, fwd
+		c.Gateway, c.ModelForwardAddr, c.Egress = g, fwd, eg
 		c.SecretRefusal = map[string]string{"daytona": "refused"}
 		c.Tools.Base.HostAllowlist = []string{"mcp.example.com"} // no DNS in tests
 	})

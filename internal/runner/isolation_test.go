@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/sandbox"
+	"github.com/agentrunner/runner/internal/sandbox/egress"
 	"github.com/agentrunner/runner/internal/sandbox/local"
 	"github.com/agentrunner/runner/internal/wire"
 )
@@ -171,7 +172,9 @@ func TestToolCallWithNetworkOff(t *testing.T) {
 
 // TestAllowlistReachesOnlyListedLoopbackServices: under network
 // "allowlist" a service on the host's loopback is reachable at its own
-// address when listed (a local model server), and nothing else is.
+// address when the request lists it and the operator opened it
+// (AGENTA_RUNNER_LOCAL_NETWORK_ALLOW: a local model server), and nothing
+// else is: not one the request alone lists.
 func TestAllowlistReachesOnlyListedLoopbackServices(t *testing.T) {
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		t.Skip("bwrap not installed")
@@ -182,12 +185,6 @@ func TestAllowlistReachesOnlyListedLoopbackServices(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(short) })
-	p, err := local.New(local.Config{Dir: short, Isolation: "bwrap", MemoryMB: local.NoLimit, Pids: local.NoLimit, CPUs: local.NoLimit,
-		ProxyBridge: []string{exe, "sandbox-proxy-bridge"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := newEnvWith(t, []sandbox.Provider{p})
 	listen := func() string {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -205,12 +202,29 @@ func TestAllowlistReachesOnlyListedLoopbackServices(t *testing.T) {
 		}()
 		return ln.Addr().String()
 	}
-	listed, unlisted := listen(), listen()
-	w := req{session: "s", messages: []string{"connect " + listed + "\nconnect " + unlisted}}.wire()
+	listed, requested, unlisted := listen(), listen(), listen()
+	eg, err := egress.New([]string{listed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := local.New(local.Config{Dir: short, Isolation: "bwrap", MemoryMB: local.NoLimit, Pids: local.NoLimit, CPUs: local.NoLimit,
+		ProxyBridge: []string{exe, "sandbox-proxy-bridge"}, Egress: eg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvWith(t, []sandbox.Provider{p}, func(c *runner.Config) { c.Egress = eg })
+	w := req{session: "s", messages: []string{"connect " + listed + "\nconnect " + unlisted + "\nconnect " + requested}}.wire()
 	w.SandboxPermission = &wire.SandboxPermission{Network: &wire.NetworkPermission{Mode: "allowlist", Allowlist: []string{listed}}}
 	out := e.runW(t, w)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 2 || lines[0] != "connect ok" || !strings.HasPrefix(lines[1], "connect error") {
+	if len(lines) != 3 || lines[0] != "connect ok" || !strings.HasPrefix(lines[1], "connect error") || !strings.HasPrefix(lines[2], "connect error") {
 		t.Fatalf("listed must connect, unlisted must not:\n%s", out)
+	}
+	// Listed by the request alone, it is refused at admission, naming
+	// the setting.
+	w = req{session: "s2", messages: []string{"connect " + requested}}.wire()
+	w.SandboxPermission = &wire.SandboxPermission{Network: &wire.NetworkPermission{Mode: "allowlist", Allowlist: []string{requested}}}
+	if _, err := e.svc.Run(t.Context(), w, func(int64, wire.Event) {}); err == nil || !strings.Contains(err.Error(), egress.AllowEnv) {
+		t.Fatalf("a request-listed loopback service: %v; want a refusal naming %s", err, egress.AllowEnv)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentrunner/runner/internal/gateway"
 	"github.com/agentrunner/runner/internal/runner"
+	"github.com/agentrunner/runner/internal/sandbox/egress"
 	"github.com/agentrunner/runner/internal/wire"
 )
 
@@ -25,12 +26,17 @@ func TestModelKeysNeverEnterTheSandbox(t *testing.T) {
 		_, _ = w.Write([]byte(`{"models":["m1"]}`))
 	}))
 	defer model.Close()
-	g, err := gateway.New(nil)
+	// The test's model server is on loopback: the operator opens it.
+	eg, err := egress.New([]string{model.Listener.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := gateway.New(nil, eg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	e := newEnv(t, func(c *runner.Config) { c.Gateway = g; c.KeepAlive = false })
+	e := newEnv(t, func(c *runner.Config) { c.Gateway, c.Egress = g, eg; c.KeepAlive = false })
 	w := req{session: "s", messages: []string{"env\nhttp OPENAI_BASE_URL OPENAI_API_KEY /models"}}.wire()
 	w.ModelConnection = &wire.ModelConnection{Provider: "openai", Deployment: "direct",
 		Endpoint:    &wire.Endpoint{BaseURL: model.URL + "/v1"},

@@ -20,6 +20,7 @@ import (
 	"github.com/agentrunner/runner/internal/metrics"
 	"github.com/agentrunner/runner/internal/pool"
 	"github.com/agentrunner/runner/internal/sandbox"
+	"github.com/agentrunner/runner/internal/sandbox/egress"
 	"github.com/agentrunner/runner/internal/store"
 	"github.com/agentrunner/runner/internal/wire"
 	"github.com/agentrunner/runner/internal/workspace"
@@ -66,6 +67,10 @@ type Config struct {
 	// Gateway, when set, keeps opaque_http model keys out of sandboxes
 	// that share the runner's host: harnesses get placeholders.
 	Gateway *gateway.Gateway
+	// Egress is the refused-range policy (internal/sandbox/egress) a
+	// request's model endpoint and allowlist entries are admitted by; nil
+	// is the strict one, with nothing opened by the operator.
+	Egress *egress.Policy
 	// ModelForwardAddr is where, inside a remote sandbox, the forward to
 	// the key gateway listens; default 127.0.0.1:47811.
 	ModelForwardAddr string
@@ -160,6 +165,12 @@ func New(cfg Config, providers []sandbox.Provider, driver agent.Driver, st store
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.Nop{}
+	}
+	if cfg.Egress == nil {
+		var err error
+		if cfg.Egress, err = egress.New(nil); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.EventCommitDelay <= 0 {
 		cfg.EventCommitDelay = defaultCommitDelay

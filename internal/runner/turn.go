@@ -458,9 +458,9 @@ func (t *turn) cold(ctx context.Context, prior []wire.Message) (*live, error) {
 	if lv.env, lv.req, lv.route, err = t.hideKeys(); err != nil {
 		return nil, err
 	}
-	allow := p.allow
+	var runner []string
 	if lv.route != nil && p.network != "off" {
-		allow = append(append([]string{}, allow...), t.svc.cfg.Gateway.Addr())
+		runner = []string{t.svc.cfg.Gateway.Addr()}
 	}
 	if t.key != "" {
 		if _, ok := prov.(sandbox.StateRemover); ok {
@@ -470,7 +470,7 @@ func (t *turn) cold(ctx context.Context, prior []wire.Message) (*live, error) {
 	spec := sandbox.Spec{
 		SessionID: p.req.SessionID,
 		ProjectID: projectOf(p.req),
-		Network:   sandbox.Network{Mode: p.network, Allow: allow},
+		Network:   sandbox.Network{Mode: p.network, Allow: p.allow, Runner: runner},
 		ReadOnly:  p.req.SandboxPermission != nil && p.req.SandboxPermission.Filesystem == "readonly",
 		StateKey:  lv.stateKey,
 		Labels:    map[string]string{"session": p.req.SessionID, "project": projectOf(p.req), "replica": t.svc.cfg.ReplicaID},

@@ -137,10 +137,14 @@ type Spec struct {
 type Network struct {
 	Mode string // "on" (default), "off", "allowlist"
 	// Allow: hosts, *.domain patterns, CIDRs, host:port for "allowlist";
-	// under "on", destinations that must stay reachable even where the
-	// provider refuses private addresses (the model endpoint, the key
-	// gateway).
+	// under "on", the model endpoint the harness dials itself. They come
+	// from the request: a provider opens none of the refused ranges for
+	// them (internal/sandbox/egress) unless the operator did.
 	Allow []string
+	// Runner are host:port addresses of the runner's own services the
+	// sandbox is meant to reach (the key gateway on the host's loopback),
+	// opened in every mode but "off" despite the refused ranges.
+	Runner []string
 }
 
 // Bind is a host path made visible in the sandbox.

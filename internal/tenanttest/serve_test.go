@@ -75,6 +75,9 @@ type runner struct {
 	log     *syncBuffer
 	cmd     *exec.Cmd
 	done    chan struct{}
+	// wrap, when set, is the command line runner serve runs under (a
+	// private mount namespace with a test /etc/hosts).
+	wrap []string
 }
 
 // start runs `runner serve` on a fresh data dir with bwrap isolation and
@@ -83,8 +86,14 @@ type runner struct {
 // activation), so no port is raced for.
 func start(t *testing.T, env ...string) *runner {
 	t.Helper()
+	return startWrapped(t, nil, env...)
+}
+
+// startWrapped is start with runner serve run as wrap... runner serve.
+func startWrapped(t *testing.T, wrap []string, env ...string) *runner {
+	t.Helper()
 	dir := t.TempDir()
-	r := &runner{DataDir: filepath.Join(dir, "data"), Home: filepath.Join(dir, "home"), log: &syncBuffer{}}
+	r := &runner{DataDir: filepath.Join(dir, "data"), Home: filepath.Join(dir, "home"), log: &syncBuffer{}, wrap: wrap}
 	if err := os.MkdirAll(r.Home, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +123,8 @@ func (r *runner) run(t *testing.T) {
 	}
 	defer f.Close()
 	r.Base = "http://" + ln.Addr().String()
-	r.cmd = exec.Command(runnerBin, "serve")
+	argv := append(append([]string(nil), r.wrap...), runnerBin, "serve")
+	r.cmd = exec.Command(argv[0], argv[1:]...)
 	r.cmd.Env = append(append([]string(nil), r.env...), "LISTEN_FDS=1")
 	r.cmd.ExtraFiles = []*os.File{f}
 	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log

@@ -263,13 +263,20 @@ func TestEscapeNetworkAllowlist(t *testing.T) {
 	t.Cleanup(tlsSrv.Close)
 	unlisted := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "unlisted") }))
 	t.Cleanup(unlisted.Close)
+	// Listed by the request only: on the host's loopback, so refused at
+	// dial time although the allowlist names it.
+	requestOnly := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "request only") }))
+	t.Cleanup(requestOnly.Close)
 	direct := listen(t)
 
 	var mu sync.Mutex
 	var events []map[string]any
-	p := newBwrap(t, nil)
+	// The test's servers are on loopback: the operator opens them.
+	p := newBwrap(t, func(c *local.Config) {
+		c.NetAllow = []string{srv.Listener.Addr().String(), tlsSrv.Listener.Addr().String()}
+	})
 	sb := createSpec(t, p, sandbox.Spec{
-		Network: sandbox.Network{Mode: "allowlist", Allow: []string{srv.Listener.Addr().String(), "https://" + tlsSrv.Listener.Addr().String(), "*.example.invalid"}},
+		Network: sandbox.Network{Mode: "allowlist", Allow: []string{srv.Listener.Addr().String(), "https://" + tlsSrv.Listener.Addr().String(), "*.example.invalid", requestOnly.Listener.Addr().String()}},
 		OnEvent: func(name string, data map[string]any) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -292,10 +299,20 @@ func TestEscapeNetworkAllowlist(t *testing.T) {
 		t.Errorf("allowlist sandbox reached the host loopback without the proxy: %q", out)
 	}
 	mu.Lock()
-	defer mu.Unlock()
 	host, _, _ := net.SplitHostPort(unlisted.Listener.Addr().String())
 	if len(events) != 1 || events[0]["host"] != host {
 		t.Errorf("network.blocked events = %v, want one for %s", events, host)
+	}
+	mu.Unlock()
+	// The request's own loopback entries (a host:port) open
+	// nothing of the host: the proxy refuses the address it would dial.
+	if out, err := run(t, sb, nil, "http-get", requestOnly.URL); err != nil || !strings.HasPrefix(out, "403 ") {
+		t.Errorf("loopback service listed by the request only: %q, %v; want 403 from the proxy", out, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(events) != 2 || events[1]["reason"] != "refused address" {
+		t.Errorf("network.blocked events = %v, want a second one for the refused address", events)
 	}
 	for _, kv := range []string{"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"} {
 		if out, _ := sandboxtest.Sh(t, sb, "echo $"+kv); strings.TrimSpace(out) == "" {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/sandbox"
+	"github.com/agentrunner/runner/internal/sandbox/egress"
 	"github.com/agentrunner/runner/internal/workspace/tree"
 )
 
@@ -88,6 +90,10 @@ type Config struct {
 	// once, in New; loopback host:port is served on the sandbox's own
 	// loopback).
 	NetAllow []string
+	// Egress is the refused-range policy every dial for a sandbox and the
+	// isolated network's table follow; nil: one built from NetAllow (the
+	// runner passes its own, which also knows its listeners).
+	Egress *egress.Policy
 	// Slirp4netns and Nsenter are those binaries; empty means looked up in
 	// PATH.
 	Slirp4netns string
@@ -132,6 +138,12 @@ func New(cfg Config) (*Provider, error) {
 	}
 	if cfg.Dir == "" {
 		return nil, errdefs.Invalidf("local sandbox dir is empty")
+	}
+	if cfg.Egress == nil {
+		var err error
+		if cfg.Egress, err = egress.New(cfg.NetAllow); err != nil {
+			return nil, err
+		}
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("local sandbox dir: %w", err)
@@ -242,7 +254,9 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandb
 	if p.bw != nil && mode == "on" && p.netErr != nil {
 		return nil, errdefs.With(errdefs.ErrUnavailable, fmt.Errorf("sandboxPermission.network.mode \"on\" is refused: its isolated network does not work on this host: %w (or set AGENTA_RUNNER_LOCAL_NETWORK=host to share the host's network, for development only)", p.netErr))
 	}
-	allow, err := parseAllowlist(spec.Network.Allow)
+	// The runner's own services are listed too: the proxy admits them by
+	// name, and its dialer lets them through the refused ranges.
+	allow, err := parseAllowlist(append(slices.Clone(spec.Network.Allow), spec.Network.Runner...))
 	if err != nil {
 		return nil, err
 	}
@@ -341,7 +355,15 @@ func (s *Sandbox) startProxy(allow *allowlist) error {
 		return errdefs.Unprocessablef("network mode %s: the proxy socket path %s is longer than a unix socket allows (108 bytes); use a shorter AGENTA_RUNNER_DATA_DIR", s.mode, sock)
 	}
 	var err error
-	s.proxy, err = startProxy(sock, allow, s.log, s.spec.OnEvent)
+	var runner []netip.AddrPort
+	for _, r := range s.spec.Network.Runner {
+		ap, err := netip.ParseAddrPort(r)
+		if err != nil {
+			return fmt.Errorf("create sandbox %s: runner service %q: not ip:port: %w", s.info.ID, r, err)
+		}
+		runner = append(runner, ap)
+	}
+	s.proxy, err = startProxy(sock, allow, s.p.cfg.Egress.ControlExcept(runner), s.log, s.spec.OnEvent)
 	if err == nil {
 		err = s.p.user().own(s.proxy.path)
 	}

@@ -150,10 +150,19 @@ func TestNoneRefusesPolicies(t *testing.T) {
 // newRunAs returns a bwrap provider whose sandboxes run as nobody.
 func newRunAs(t testing.TB) *local.Provider {
 	t.Helper()
+	return newRunAsWith(t, func(*local.Config) {})
+}
+
+// newRunAsWith is newRunAs with mod applied to its config.
+func newRunAsWith(t testing.TB, mod func(*local.Config)) *local.Provider {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("a sandbox uid needs root")
 	}
-	return newBwrap(t, func(c *local.Config) { c.SandboxUID, c.SandboxGID = 65534, 65534 })
+	return newBwrap(t, func(c *local.Config) {
+		c.SandboxUID, c.SandboxGID = 65534, 65534
+		mod(c)
+	})
 }
 
 func TestConformanceBwrapRunAs(t *testing.T) {

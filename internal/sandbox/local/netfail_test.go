@@ -103,19 +103,23 @@ func TestDescribeNetworkOn(t *testing.T) {
 	}
 }
 
-// Under network "on" a listed host:port on the host's loopback (the key
-// gateway, a local model server) is served on the sandbox's own loopback;
-// nothing else of the host's loopback is reachable, and no proxy is set.
+// Under network "on" a runner service on the host's loopback (the key
+// gateway) is served on the sandbox's own loopback; nothing else of the
+// host's loopback is reachable, also not one the request lists, and no
+// proxy is set.
 func TestNetworkOnForwardsListedLoopback(t *testing.T) {
 	netnsTool(t)
-	listed, other := listen(t), listen(t)
+	listed, other, requested := listen(t), listen(t), listen(t)
 	p := newBwrap(t, nil)
-	sb := createSpec(t, p, sandbox.Spec{Network: sandbox.Network{Mode: "on", Allow: []string{listed}}})
+	sb := createSpec(t, p, sandbox.Spec{Network: sandbox.Network{Mode: "on", Runner: []string{listed}, Allow: []string{requested}}})
 	if out, err := run(t, sb, nil, "dial", listed); err != nil || out != "hello from the host\n" {
-		t.Errorf("listed loopback service: %q, %v", out, err)
+		t.Errorf("runner service on loopback: %q, %v", out, err)
 	}
 	if out, err := run(t, sb, nil, "dial", other); err == nil {
 		t.Errorf("unlisted loopback service reached: %q", out)
+	}
+	if out, err := run(t, sb, nil, "dial", requested); err == nil {
+		t.Errorf("loopback service listed by the request only reached: %q", out)
 	}
 	if out, _ := sandboxtest.Sh(t, sb, "echo \"[$HTTP_PROXY]\""); strings.TrimSpace(out) != "[]" {
 		t.Errorf("HTTP_PROXY under network on: %s", out)

@@ -13,33 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// refusedRanges are the destinations a sandbox with network "on" never
-// reaches through slirp4netns, which connects from the host's own sockets:
-// the host's loopback, private and link-local networks (the cloud metadata
-// endpoint 169.254.169.254), CGNAT, benchmarking, multicast and reserved
-// space, and their IPv6 counterparts (NAT64 and IPv4-mapped included, which
-// would reach the same IPv4 hosts). The host's own addresses are added per
-// sandbox start.
-var refusedRanges = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),
-	netip.MustParsePrefix("10.0.0.0/8"),
-	netip.MustParsePrefix("100.64.0.0/10"),
-	netip.MustParsePrefix("127.0.0.0/8"),
-	netip.MustParsePrefix("169.254.0.0/16"),
-	netip.MustParsePrefix("172.16.0.0/12"),
-	netip.MustParsePrefix("192.0.0.0/24"),
-	netip.MustParsePrefix("192.168.0.0/16"),
-	netip.MustParsePrefix("198.18.0.0/15"),
-	netip.MustParsePrefix("224.0.0.0/4"),
-	netip.MustParsePrefix("240.0.0.0/4"),
-	netip.MustParsePrefix("::/127"),
-	netip.MustParsePrefix("::ffff:0:0/96"),
-	netip.MustParsePrefix("64:ff9b::/96"),
-	netip.MustParsePrefix("fc00::/7"),
-	netip.MustParsePrefix("fe80::/10"),
-	netip.MustParsePrefix("ff00::/8"),
-}
-
 // slirpDNS is slirp4netns's DNS forwarder, the only address in its network
 // (10.0.2.0/24, inside the refused 10/8) that a sandbox may reach, and only
 // on port 53.
@@ -48,13 +21,17 @@ var slirpDNS = netip.MustParseAddr("10.0.2.3")
 // netPolicy is what the in-namespace installer puts into a sandbox's
 // network namespace. It travels as JSON on the installer's stdin.
 type netPolicy struct {
-	// Allow are destinations opened on every port, checked before Refuse.
+	// Allow are destinations opened on every port, checked before Refuse
+	// (the operator's).
 	Allow []netip.Prefix `json:"allow,omitempty"`
-	// AllowTo are destinations opened on one TCP/UDP port.
+	// AllowTo are destinations opened on one TCP/UDP port, before Refuse.
 	AllowTo []netip.AddrPort `json:"allow_to,omitempty"`
 	// Refuse are destinations refused at once: a TCP reset, an ICMP port
-	// unreachable for the rest.
+	// unreachable for the rest (egress.Ranges and the host's networks).
 	Refuse []netip.Prefix `json:"refuse"`
+	// Open are the request's ranges, opened after Refuse: 0.0.0.0/0 is
+	// the internet, never the host.
+	Open []netip.Prefix `json:"open,omitempty"`
 	// DenyRest refuses everything not accepted (network "allowlist").
 	DenyRest bool `json:"deny_rest,omitempty"`
 	// SlirpDNS accepts slirp's DNS forwarder (network "on"; "allowlist"
@@ -150,6 +127,9 @@ func (pol netPolicy) install(c *nftables.Conn) error {
 	}
 	for _, p := range pol.Refuse {
 		add(refuseV, toPrefix(p)...)
+	}
+	for _, p := range pol.Open {
+		add(acceptV, toPrefix(p)...)
 	}
 	if pol.DenyRest {
 		add(refuseV)

@@ -2,7 +2,6 @@ package local
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/logkey"
+	"github.com/agentrunner/runner/internal/sandbox/egress"
 )
 
 // Values of Config.Network.
@@ -113,78 +113,26 @@ func (n *netstack) check(cfg Config) error {
 	return nil
 }
 
-// parseAllow reads AGENTA_RUNNER_LOCAL_NETWORK_ALLOW: CIDRs, addresses and
-// host:port. A name is resolved once, now.
-func (n *netstack) parseAllow(entries []string) error {
-	for _, raw := range entries {
-		e := strings.TrimSpace(raw)
-		if e == "" {
+// fromPolicy takes the operator's openings (AGENTA_RUNNER_LOCAL_NETWORK_ALLOW,
+// parsed by the egress policy): host:port entries on the host's loopback
+// become forwards, the rest is opened in the table.
+func (n *netstack) fromPolicy(pol *egress.Policy) {
+	allow, allowTo := pol.Allowed()
+	n.allow = allow
+	for _, ap := range allowTo {
+		if ap.Addr().IsLoopback() {
+			n.forwards = append(n.forwards, ap.String())
 			continue
 		}
-		bad := func(why string) error {
-			return errdefs.Invalidf("AGENTA_RUNNER_LOCAL_NETWORK_ALLOW entry %q: %s", raw, why)
-		}
-		if p, err := netip.ParsePrefix(e); err == nil {
-			if p.Addr().IsLoopback() {
-				return bad("the host's loopback is reached by host:port only")
-			}
-			n.allow = append(n.allow, p.Masked())
-			continue
-		}
-		if ip, err := netip.ParseAddr(e); err == nil {
-			if ip.IsLoopback() {
-				return bad("the host's loopback is reached by host:port only")
-			}
-			n.allow = append(n.allow, netip.PrefixFrom(ip, ip.BitLen()))
-			continue
-		}
-		host, port, err := net.SplitHostPort(e)
-		if err != nil {
-			return bad("want a CIDR, an address or host:port")
-		}
-		pn, err := strconv.Atoi(port)
-		if err != nil || pn <= 0 || pn > 65535 {
-			return bad("bad port")
-		}
-		ips, err := resolveHost(host)
-		if err != nil {
-			return bad(err.Error())
-		}
-		for _, ip := range ips {
-			if ip.IsLoopback() {
-				n.forwards = append(n.forwards, net.JoinHostPort(ip.String(), port))
-				continue
-			}
-			n.allowTo = append(n.allowTo, netip.AddrPortFrom(ip, uint16(pn)))
-		}
+		n.allowTo = append(n.allowTo, ap)
 	}
-	return nil
 }
 
-// resolveHost returns the addresses of an address literal or a name.
-func resolveHost(host string) ([]netip.Addr, error) {
-	if host == "localhost" {
-		return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
-	}
-	if ip, err := netip.ParseAddr(host); err == nil {
-		return []netip.Addr{ip.Unmap()}, nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-	if err != nil {
-		return nil, fmt.Errorf("resolve %s: %w", host, err)
-	}
-	for i := range ips {
-		ips[i] = ips[i].Unmap()
-	}
-	return ips, nil
-}
-
-// openings turns a sandbox's Spec.Network.Allow (under "on": the model
-// endpoint, the key gateway) into destinations: entries on the host's
+// openings turns a sandbox's Spec.Network.Allow (the request's; under
+// "on": the model endpoint) into destinations: entries on the host's
 // loopback become forwards, other IPs and CIDRs are opened (on their port
-// when the entry names one). Names are not resolved here: a public name
+// when the entry names one) after the refused ranges, so they open only
+// what the policy lets through. Names are not resolved here: a public name
 // needs no opening, a private one is the operator's to list
 // (Config.NetAllow), and "allowlist" opens names through its DNS
 // forwarder.
@@ -210,14 +158,36 @@ func openings(entries []string) (allow []netip.Prefix, allowTo []netip.AddrPort,
 // now, since they change. seen counts the DNS forwarder's addresses it
 // holds, for trackNet.
 func (n *netstack) policy(s *Sandbox) (pol netPolicy, seen int, err error) {
-	host, err := hostAddrs()
+	eg := s.p.cfg.Egress
+	host, err := eg.Host()
 	if err != nil {
 		return pol, 0, err
 	}
 	pol = netPolicy{
-		Allow:   append([]netip.Prefix(nil), s.open...),
-		AllowTo: append([]netip.AddrPort(nil), s.openTo...),
-		Refuse:  append([]netip.Prefix(nil), refusedRanges...),
+		Open:   append([]netip.Prefix(nil), s.open...),
+		Refuse: append([]netip.Prefix(nil), egress.Ranges...),
+	}
+	// The request's ranges open before the refused ones only where the
+	// operator opened them too; its host:port entries only where the
+	// policy admits them.
+	for _, r := range s.open {
+		for _, o := range n.allow {
+			if r.Overlaps(o) {
+				pol.Allow = append(pol.Allow, narrower(r, o))
+			}
+		}
+		for _, ap := range n.allowTo {
+			if r.Contains(ap.Addr()) {
+				pol.AllowTo = append(pol.AllowTo, ap)
+			}
+		}
+	}
+	for _, ap := range s.openTo {
+		if eg.Check(ap) == nil {
+			pol.AllowTo = append(pol.AllowTo, ap)
+		} else {
+			s.log.Info("network blocked: a listed address is on a refused range", "address", ap.String())
+		}
 	}
 	if s.mode == "on" {
 		pol.Allow = append(pol.Allow, n.allow...)
@@ -236,34 +206,12 @@ func (n *netstack) policy(s *Sandbox) (pol netPolicy, seen int, err error) {
 	return pol, seen, nil
 }
 
-// hostAddrs are the host's own addresses, read now since they change.
-// Without them the table could not refuse them: an error, never an empty
-// list.
-func hostAddrs() ([]netip.Prefix, error) {
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return nil, fmt.Errorf("the host's addresses: %w", err)
+// narrower is the longer of two overlapping prefixes: their intersection.
+func narrower(a, b netip.Prefix) netip.Prefix {
+	if a.Bits() >= b.Bits() {
+		return a
 	}
-	var out []netip.Prefix
-	for _, a := range addrs {
-		if ipn, ok := a.(*net.IPNet); ok {
-			if ip, ok := netip.AddrFromSlice(ipn.IP); ok {
-				ip = ip.Unmap()
-				out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
-			}
-		}
-	}
-	return out, nil
-}
-
-// refusedAddr reports whether a lies in a refused range or is the host's.
-func refusedAddr(a netip.Addr, host []netip.Prefix) bool {
-	for _, p := range append(refusedRanges[:len(refusedRanges):len(refusedRanges)], host...) {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
+	return b
 }
 
 // netAttach is one launch's slirp4netns.
@@ -590,9 +538,7 @@ func (p *Provider) newNetwork() error {
 		return errdefs.Invalidf("AGENTA_RUNNER_LOCAL_NETWORK %q: want %q or %q", p.cfg.Network, NetworkIsolated, NetworkHost)
 	}
 	n := &netstack{}
-	if err := n.parseAllow(p.cfg.NetAllow); err != nil {
-		return err
-	}
+	n.fromPolicy(p.cfg.Egress)
 	if p.netErr = n.check(p.cfg); p.netErr == nil {
 		p.net = n
 	} else {
@@ -621,12 +567,14 @@ func (s *Sandbox) isolated() bool {
 // starts the proxy that serves the host's loopback entries (the key
 // gateway, a local model server) on the sandbox's own loopback.
 func (s *Sandbox) openNetwork() error {
-	s.forwards = loopbackForwards(s.spec.Network.Allow)
+	entries := append(slices.Clone(s.spec.Network.Allow), s.spec.Network.Runner...)
+	s.forwards = loopbackForwards(entries)
 	if !s.isolated() {
 		return nil
 	}
 	var fw []string
-	s.open, s.openTo, fw = openings(s.spec.Network.Allow)
+	s.open, s.openTo, _ = openings(s.spec.Network.Allow)
+	fw = slices.Clone(s.forwards)
 	if s.mode == "allowlist" {
 		return s.startDNS()
 	}
@@ -670,18 +618,17 @@ func (s *Sandbox) startDNS() error {
 // openResolved opens addresses the DNS forwarder hands out in the table of
 // every live process of s, and in those of processes started later.
 func (s *Sandbox) openResolved(addrs []netip.Addr) error {
-	// A listed name that resolves to a private or host address (DNS
-	// rebinding onto the metadata endpoint) opens nothing: only listed IPs
-	// and CIDRs open those.
-	host, err := hostAddrs()
-	if err != nil {
+	// A listed name that resolves to a refused address (DNS rebinding
+	// onto the metadata endpoint) opens nothing: only the operator opens
+	// those.
+	if _, err := s.p.cfg.Egress.Host(); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	var fresh []netip.Addr
 	for _, a := range addrs {
 		a = a.Unmap()
-		if refusedAddr(a, host) {
+		if s.p.cfg.Egress.Refused(a) {
 			s.log.Info("network blocked: a listed name resolved to a refused address", "address", a)
 			continue
 		}

@@ -564,14 +564,39 @@ func TestNetworkOnInside(t *testing.T) {
 	}
 
 	// A private model endpoint given by IP (Spec.Network.Allow under "on")
-	// opens on its port only.
+	// opens nothing the operator did not open, and then on its port only.
 	t.Run("model endpoint", func(t *testing.T) {
-		sb := createSpec(t, p, sandbox.Spec{Network: sandbox.Network{Mode: "on", Allow: []string{"10.66.0.1:" + simPort}}})
+		endpoint := "10.66.0.1:" + simPort
+		sb := createSpec(t, p, sandbox.Spec{Network: sandbox.Network{Mode: "on", Allow: []string{endpoint}}})
+		checkProbes(t, sb, []want{{"tcp", endpoint, ""}})
+		op := newBwrap(t, func(c *local.Config) {
+			c.NetAllow = []string{endpoint}
+			c.MemoryMB, c.Pids, c.CPUs = local.NoLimit, local.NoLimit, local.NoLimit
+		})
+		sb = createSpec(t, op, sandbox.Spec{Network: sandbox.Network{Mode: "on", Allow: []string{endpoint}}})
 		checkProbes(t, sb, []want{
-			{"tcp", "10.66.0.1:" + simPort, "hello from 10.66.0.1"},
-			{"tcp", "10.66.0.1:" + simOtherPort, ""}, // reachable from the host (control below)
+			{"tcp", endpoint, "hello from 10.66.0.1"},
+			{"tcp", "10.66.0.1:" + simOtherPort, ""}, // reachable from the host (control above)
 			{"tcp", "172.16.0.1:" + simPort, ""},
 		})
+	})
+
+	// An allowlist of everything is the internet, never the host, its
+	// networks or the metadata endpoint.
+	t.Run("allowlist everything", func(t *testing.T) {
+		sb := createSpec(t, p, sandbox.Spec{Network: sandbox.Network{Mode: "allowlist", Allow: []string{"0.0.0.0/0", "::/0"}}})
+		wants := []want{
+			{"tcp", net.JoinHostPort(simPublic, simPort), "hello from " + simPublic},
+			{"tcp", net.JoinHostPort(simPublic6, simPort), "hello from " + simPublic6},
+			{"tcp", net.JoinHostPort(simAllowed, simPort), "hello from " + simAllowed}, // the operator's
+		}
+		for _, a := range []string{simHostAddr, simHostAddr6} {
+			wants = append(wants, want{"tcp", net.JoinHostPort(a, hostPort), ""})
+		}
+		for _, a := range append(append([]string(nil), simRefused...), simUnplaceable...) {
+			wants = append(wants, want{"tcp", net.JoinHostPort(a, simPort), ""})
+		}
+		checkProbes(t, sb, wants)
 	})
 
 	// Allowlist on the same stack: everything refused but what is listed;

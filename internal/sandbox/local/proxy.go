@@ -13,9 +13,11 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/agentrunner/runner/internal/logkey"
+	"github.com/agentrunner/runner/internal/sandbox/egress"
 )
 
 // proxyListen is where the in-sandbox bridge listens; the sandbox has its
@@ -52,7 +54,10 @@ type proxy struct {
 	closed  bool
 }
 
-func startProxy(path string, allow *allowlist, log *slog.Logger, onEvent func(string, map[string]any)) (*proxy, error) {
+// startProxy serves allow on path; control checks every address the
+// proxy dials, after resolution (egress.Policy), so a listed name that
+// resolves to a refused address is refused.
+func startProxy(path string, allow *allowlist, control func(network, address string, c syscall.RawConn) error, log *slog.Logger, onEvent func(string, map[string]any)) (*proxy, error) {
 	_ = os.Remove(path)
 	ln, err := net.Listen("unix", path)
 	if err != nil {
@@ -60,7 +65,7 @@ func startProxy(path string, allow *allowlist, log *slog.Logger, onEvent func(st
 	}
 	p := &proxy{
 		path: path, allow: allow, log: log, onEvent: onEvent,
-		dialer:  net.Dialer{Timeout: 30 * time.Second},
+		dialer:  net.Dialer{Timeout: 30 * time.Second, Control: control},
 		tunnels: map[net.Conn]struct{}{},
 	}
 	p.rp = &httputil.ReverseProxy{
@@ -68,6 +73,12 @@ func startProxy(path string, allow *allowlist, log *slog.Logger, onEvent func(st
 		Rewrite:   func(*httputil.ProxyRequest) {},
 		Transport: &http.Transport{Proxy: nil, DialContext: p.dialer.DialContext, ForceAttemptHTTP2: false},
 		ErrorLog:  slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if p.refused(w, r.URL.Host, err) {
+				return
+			}
+			http.Error(w, "proxy: "+err.Error(), http.StatusBadGateway)
+		},
 	}
 	p.srv = &http.Server{
 		Handler:           p,
@@ -116,6 +127,9 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (p *proxy) tunnel(w http.ResponseWriter, r *http.Request) {
 	up, err := p.dialer.DialContext(r.Context(), "tcp", r.Host)
 	if err != nil {
+		if p.refused(w, r.Host, err) {
+			return
+		}
 		p.log.Debug("proxy dial", "host", r.Host, logkey.Error, err)
 		http.Error(w, "dial "+r.Host+": "+err.Error(), http.StatusBadGateway)
 		return
@@ -143,6 +157,20 @@ func (p *proxy) tunnel(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(down, up)
 	closeWrite(down)
 	wg.Wait()
+}
+
+// refused answers 403 when the dial was refused by the egress policy (a
+// listed name resolved to a refused address, a listed range covered one).
+func (p *proxy) refused(w http.ResponseWriter, target string, err error) bool {
+	if !errors.Is(err, egress.ErrRefused) {
+		return false
+	}
+	p.log.Info("network blocked", "target", target, logkey.Error, err)
+	if p.onEvent != nil {
+		p.onEvent("network.blocked", map[string]any{"host": target, "reason": "refused address"})
+	}
+	http.Error(w, "blocked by the sandbox network policy: "+err.Error(), http.StatusForbidden)
+	return true
 }
 
 func closeWrite(c net.Conn) {

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/agentrunner/runner/internal/sandbox"
+	"github.com/agentrunner/runner/internal/sandbox/local"
 	"github.com/agentrunner/runner/internal/sandbox/sandboxtest"
 )
 
@@ -63,9 +64,9 @@ func TestRunAs(t *testing.T) {
 
 func TestRunAsAllowlist(t *testing.T) {
 	t.Parallel()
-	p := newRunAs(t)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "listed") }))
 	t.Cleanup(srv.Close)
+	p := newRunAsWith(t, func(c *local.Config) { c.NetAllow = []string{srv.Listener.Addr().String()} })
 	sb := createSpec(t, p, sandbox.Spec{Network: sandbox.Network{Mode: "allowlist", Allow: []string{srv.Listener.Addr().String()}}})
 	if out, err := run(t, sb, nil, "http-get", srv.URL); err != nil || out != "200 listed" {
 		t.Errorf("listed host as the sandbox user: %q, %v", out, err)
