@@ -269,6 +269,16 @@ func (r *runner) call(t *testing.T, method, path string, body any) (int, []byte)
 
 func (r *runner) do(t *testing.T, ctx context.Context, method, path string, body any, accept string) *http.Response {
 	t.Helper()
+	resp, err := http.DefaultClient.Do(r.request(t, ctx, method, path, body, accept))
+	if err != nil {
+		t.Fatalf("%s %s: %v\nrunner log:\n%s", method, path, err, r.log)
+	}
+	return resp
+}
+
+// request is an authenticated request with a JSON body (nil for none).
+func (r *runner) request(t *testing.T, ctx context.Context, method, path string, body any, accept string) *http.Request {
+	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -290,11 +300,7 @@ func (r *runner) do(t *testing.T, ctx context.Context, method, path string, body
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", accept)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v\nrunner log:\n%s", method, path, err, r.log)
-	}
-	return resp
+	return req
 }
 
 type syncBuffer struct {
