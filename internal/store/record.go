@@ -16,7 +16,25 @@ const (
 	SessionDeleted SessionStatus = "deleted"
 )
 
-// Session is one caller session (the request's sessionId).
+// SessionKey names a session. A session id is the caller's and unique only
+// within its project: the same id in two projects is two sessions, with
+// two ledgers, logs and leases. The empty project is the one of requests
+// that name none.
+type SessionKey struct {
+	ProjectID string
+	SessionID string
+}
+
+// String is the key as messages show it: project/session, or the session
+// alone in the empty project.
+func (k SessionKey) String() string {
+	if k.ProjectID == "" {
+		return k.SessionID
+	}
+	return k.ProjectID + "/" + k.SessionID
+}
+
+// Session is one caller session (the request's sessionId in its project).
 type Session struct {
 	ID        string
 	ProjectID string
@@ -38,6 +56,9 @@ type Session struct {
 	UpdatedAt time.Time
 }
 
+// Key is the session's key.
+func (s Session) Key() SessionKey { return SessionKey{ProjectID: s.ProjectID, SessionID: s.ID} }
+
 // Validate reports whether s can be stored.
 func (s Session) Validate() error {
 	if s.ID == "" {
@@ -52,7 +73,8 @@ func (s Session) Validate() error {
 
 // SessionQuery selects sessions; zero fields match everything.
 type SessionQuery struct {
-	ProjectID string
+	ProjectID string // "" matches every project, not only the empty one
+	ID        string // the session id, in whichever project
 	Status    SessionStatus
 	Limit     int // <= 0: no limit
 }
@@ -82,6 +104,7 @@ func (s TurnStatus) Ended() bool {
 
 // Turn is one row of the turn ledger.
 type Turn struct {
+	ProjectID       string
 	SessionID       string
 	Index           int // 0 for the session's first turn
 	TurnID          string
@@ -99,12 +122,15 @@ type Turn struct {
 	Owner string
 }
 
+// Key is the key of the turn's session.
+func (t Turn) Key() SessionKey { return SessionKey{ProjectID: t.ProjectID, SessionID: t.SessionID} }
+
 func (t Turn) validate() error {
 	if t.SessionID == "" {
 		return errdefs.Invalidf("turn: empty session id")
 	}
 	if t.Index < 0 {
-		return errdefs.Invalidf("turn %s/%d: negative index", t.SessionID, t.Index)
+		return errdefs.Invalidf("turn %s/%d: negative index", t.Key(), t.Index)
 	}
 	return nil
 }
@@ -118,7 +144,7 @@ func (t Turn) ValidateEnd() error {
 		return err
 	}
 	if !t.Status.Ended() {
-		return errdefs.Invalidf("turn %s/%d: %q is not an outcome", t.SessionID, t.Index, t.Status)
+		return errdefs.Invalidf("turn %s/%d: %q is not an outcome", t.Key(), t.Index, t.Status)
 	}
 	return nil
 }
@@ -144,11 +170,17 @@ const (
 type Sandbox struct {
 	Provider  string
 	ID        string
+	ProjectID string // of the session
 	SessionID string
 	State     SandboxState
 	Labels    map[string]string // nil when empty
 	CreatedAt time.Time
 	UpdatedAt time.Time
+}
+
+// SessionKey is the key of the sandbox's session.
+func (sb Sandbox) SessionKey() SessionKey {
+	return SessionKey{ProjectID: sb.ProjectID, SessionID: sb.SessionID}
 }
 
 // Validate reports whether sb can be stored.
@@ -167,6 +199,7 @@ func (sb Sandbox) Validate() error {
 type SandboxQuery struct {
 	Provider  string
 	State     SandboxState
+	ProjectID string // "" matches every project
 	SessionID string
 }
 
@@ -175,6 +208,7 @@ type Secret struct {
 	Provider  string
 	ID        string
 	Name      string
+	ProjectID string // of the session
 	SessionID string
 	CreatedAt time.Time
 }
@@ -190,23 +224,25 @@ func (s Secret) Validate() error {
 // SecretQuery selects secrets; zero fields match everything.
 type SecretQuery struct {
 	Provider  string
+	ProjectID string // "" matches every project
 	SessionID string
 }
 
 // Lease is a replica's claim on a session.
 type Lease struct {
+	ProjectID string
 	SessionID string
 	Owner     string
 	Expires   time.Time
 }
 
 // ValidateLease reports whether a lease request is well formed.
-func ValidateLease(sessionID, owner string, ttl time.Duration) error {
-	if sessionID == "" || owner == "" {
-		return errdefs.Invalidf("lease %q: empty session or owner", sessionID)
+func ValidateLease(k SessionKey, owner string, ttl time.Duration) error {
+	if k.SessionID == "" || owner == "" {
+		return errdefs.Invalidf("lease %q: empty session or owner", k)
 	}
 	if ttl < time.Millisecond {
-		return errdefs.Invalidf("lease %s: ttl %v is under 1ms", sessionID, ttl)
+		return errdefs.Invalidf("lease %s: ttl %v is under 1ms", k, ttl)
 	}
 	return nil
 }
@@ -214,13 +250,14 @@ func ValidateLease(sessionID, owner string, ttl time.Duration) error {
 // LeaseError reports a session leased to another owner. It wraps
 // errdefs.ErrConflict.
 type LeaseError struct {
+	ProjectID string
 	SessionID string
 	Owner     string
 	Expires   time.Time
 }
 
 func (e *LeaseError) Error() string {
-	return fmt.Sprintf("session %s is leased to %s until %s", e.SessionID, e.Owner, e.Expires.Format(time.RFC3339Nano))
+	return fmt.Sprintf("session %s is leased to %s until %s", SessionKey{ProjectID: e.ProjectID, SessionID: e.SessionID}, e.Owner, e.Expires.Format(time.RFC3339Nano))
 }
 
 func (e *LeaseError) Unwrap() error { return errdefs.ErrConflict }

@@ -20,19 +20,20 @@ type Store interface {
 
 // Sessions records one row per caller session.
 type Sessions interface {
-	// PutSession creates the session or replaces its mutable fields
-	// (project, harness, status, sandbox, agent session) and returns the
+	// PutSession creates the session (s.Key()) or replaces its mutable
+	// fields (harness, status, sandbox, agent session) and returns the
 	// stored record. CreatedAt, UpdatedAt, LastTurnIndex and LastSeq are
 	// kept by the store; their values in s are ignored.
 	PutSession(ctx context.Context, s Session) (Session, error)
 	// GetSession returns the session, or an error wrapping ErrNotFound.
-	GetSession(ctx context.Context, id string) (Session, error)
+	GetSession(ctx context.Context, k SessionKey) (Session, error)
 	// ListSessions returns the sessions matching q, most recently updated
-	// first.
+	// first; an empty q.ProjectID matches every project.
 	ListSessions(ctx context.Context, q SessionQuery) ([]Session, error)
 }
 
-// Turns is the append-only turn ledger: one row per (session, index).
+// Turns is the append-only turn ledger: one row per (project, session,
+// index).
 type Turns interface {
 	// BeginTurn records t as running and raises the session's
 	// LastTurnIndex to t.Index. It fails with ErrNotFound if the session
@@ -40,7 +41,7 @@ type Turns interface {
 	// racing turns exactly one begins. t.Status and the end fields are
 	// ignored.
 	BeginTurn(ctx context.Context, t Turn) (Turn, error)
-	// EndTurn records the outcome of the turn (t.SessionID, t.Index):
+	// EndTurn records the outcome of the turn (t.Key(), t.Index):
 	// status (not running), end time, usage, stop reason, error, and the
 	// agent session and sandbox known by then. It succeeds only while the
 	// stored turn is running or paused (a paused turn may resume and end
@@ -48,10 +49,10 @@ type Turns interface {
 	// ErrConflict.
 	EndTurn(ctx context.Context, t Turn) (Turn, error)
 	// GetTurn returns one turn, or an error wrapping ErrNotFound.
-	GetTurn(ctx context.Context, sessionID string, index int) (Turn, error)
+	GetTurn(ctx context.Context, k SessionKey, index int) (Turn, error)
 	// ListTurns returns the session's turns by ascending index; an unknown
 	// session is ErrNotFound.
-	ListTurns(ctx context.Context, sessionID string) ([]Turn, error)
+	ListTurns(ctx context.Context, k SessionKey) ([]Turn, error)
 	// InterruptTurns marks every running turn owned by owner as
 	// interrupted, ended at at, and returns how many it marked. A replica
 	// calls it for its own id at start-up, before it takes new turns.
@@ -65,10 +66,10 @@ type Events interface {
 	// last-len(evs)+1+i. Numbers start at 1 and have no gaps, whatever the
 	// number of concurrent appenders. Seq in evs is ignored. An unknown
 	// session is ErrNotFound.
-	AppendEvents(ctx context.Context, sessionID string, evs []Event) (last int64, err error)
+	AppendEvents(ctx context.Context, k SessionKey, evs []Event) (last int64, err error)
 	// ReadEvents returns up to limit events with Seq > after, in order;
 	// limit <= 0 means all. An unknown session is ErrNotFound.
-	ReadEvents(ctx context.Context, sessionID string, after int64, limit int) ([]Event, error)
+	ReadEvents(ctx context.Context, k SessionKey, after int64, limit int) ([]Event, error)
 }
 
 // TurnWriter is an optional ability of a Store: a turn's ledger rows
@@ -144,11 +145,11 @@ type Leases interface {
 	// AcquireLease gives the session to owner until now+ttl if the lease
 	// is free, expired or already owner's (a renewal). Otherwise it
 	// returns a *LeaseError naming the holder, which wraps ErrConflict.
-	AcquireLease(ctx context.Context, sessionID, owner string, now time.Time, ttl time.Duration) (Lease, error)
+	AcquireLease(ctx context.Context, k SessionKey, owner string, now time.Time, ttl time.Duration) (Lease, error)
 	// ReleaseLease gives up owner's lease. Releasing a lease that does not
 	// exist is not an error; one held by another owner is a *LeaseError.
-	ReleaseLease(ctx context.Context, sessionID, owner string) error
+	ReleaseLease(ctx context.Context, k SessionKey, owner string) error
 	// GetLease returns the session's lease, expired or not, or an error
 	// wrapping ErrNotFound.
-	GetLease(ctx context.Context, sessionID string) (Lease, error)
+	GetLease(ctx context.Context, k SessionKey) (Lease, error)
 }

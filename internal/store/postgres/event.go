@@ -12,43 +12,43 @@ import (
 // last_seq (locking its row until commit, which orders concurrent
 // appenders) and inserts the events numbered from it, so the numbers are
 // gapless.
-func (s *Store) AppendEvents(ctx context.Context, sessionID string, evs []store.Event) (int64, error) {
+func (s *Store) AppendEvents(ctx context.Context, k store.SessionKey, evs []store.Event) (int64, error) {
 	turns := make([]int32, len(evs))
 	ats := make([]int64, len(evs))
 	data := make([]string, len(evs))
 	for i, e := range evs {
 		b, err := json.Marshal(e.Event)
 		if err != nil {
-			return 0, fmt.Errorf("append events %s: %w", sessionID, err)
+			return 0, fmt.Errorf("append events %s: %w", k, err)
 		}
 		turns[i], ats[i], data[i] = int32(e.TurnIndex), ms(e.Time), string(b)
 	}
 	var last int64
 	err := s.pool.QueryRow(ctx, `
 WITH s AS (
-	UPDATE sessions SET last_seq = last_seq + cardinality($2::int[]) WHERE id = $1 RETURNING last_seq
+	UPDATE sessions SET last_seq = last_seq + cardinality($2::int[]) WHERE project_id = $5 AND id = $1 RETURNING last_seq
 ), ins AS (
-	INSERT INTO events (session_id, seq, turn_index, at, event)
-	SELECT $1, s.last_seq - cardinality($2::int[]) + e.n, e.turn_index, e.at, e.event::json
+	INSERT INTO events (project_id, session_id, seq, turn_index, at, event)
+	SELECT $5, $1, s.last_seq - cardinality($2::int[]) + e.n, e.turn_index, e.at, e.event::json
 	FROM s, unnest($2::int[], $3::bigint[], $4::text[]) WITH ORDINALITY AS e (turn_index, at, event, n)
 )
-SELECT last_seq FROM s`, sessionID, turns, ats, data).Scan(&last)
+SELECT last_seq FROM s`, k.SessionID, turns, ats, data, k.ProjectID).Scan(&last)
 	if err != nil {
-		return 0, fmt.Errorf("append events %s: %w", sessionID, notFound(err))
+		return 0, fmt.Errorf("append events %s: %w", k, notFound(err))
 	}
 	return last, nil
 }
 
 // ReadEvents implements store.Events.
-func (s *Store) ReadEvents(ctx context.Context, sessionID string, after int64, n int) ([]store.Event, error) {
+func (s *Store) ReadEvents(ctx context.Context, k store.SessionKey, after int64, n int) ([]store.Event, error) {
 	rows, err := s.pool.Query(ctx, `SELECT seq, turn_index, at, event::text FROM events
-WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, sessionID, after, limit(n))
+WHERE project_id = $1 AND session_id = $2 AND seq > $3 ORDER BY seq LIMIT $4`, k.ProjectID, k.SessionID, after, limit(n))
 	out, err := collect(rows, err, scanEvent)
 	if err == nil && len(out) == 0 {
-		err = s.sessionExists(ctx, sessionID)
+		err = s.sessionExists(ctx, k)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read events %s: %w", sessionID, err)
+		return nil, fmt.Errorf("read events %s: %w", k, err)
 	}
 	return out, nil
 }

@@ -12,20 +12,20 @@ import (
 )
 
 // AcquireLease implements store.Leases.
-func (s *Store) AcquireLease(ctx context.Context, sessionID, owner string, now time.Time, ttl time.Duration) (store.Lease, error) {
-	if err := store.ValidateLease(sessionID, owner, ttl); err != nil {
+func (s *Store) AcquireLease(ctx context.Context, k store.SessionKey, owner string, now time.Time, ttl time.Duration) (store.Lease, error) {
+	if err := store.ValidateLease(k, owner, ttl); err != nil {
 		return store.Lease{}, err
 	}
 	for {
-		out := store.Lease{SessionID: sessionID}
+		out := store.Lease{ProjectID: k.ProjectID, SessionID: k.SessionID}
 		var expires int64
 		err := s.pool.QueryRow(ctx, `
-INSERT INTO leases (session_id, owner, expires_at) VALUES ($1, $2, $3)
-ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
+INSERT INTO leases (project_id, session_id, owner, expires_at) VALUES ($5, $1, $2, $3)
+ON CONFLICT (project_id, session_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
 WHERE leases.owner = excluded.owner OR leases.expires_at <= $4
-RETURNING owner, expires_at`, sessionID, owner, now.Add(ttl).UnixMilli(), now.UnixMilli()).Scan(&out.Owner, &expires)
+RETURNING owner, expires_at`, k.SessionID, owner, now.Add(ttl).UnixMilli(), now.UnixMilli(), k.ProjectID).Scan(&out.Owner, &expires)
 		if errors.Is(err, pgx.ErrNoRows) {
-			err = s.heldBy(ctx, sessionID)
+			err = s.heldBy(ctx, k)
 			if errors.Is(err, pgx.ErrNoRows) {
 				continue // released since: try again
 			}
@@ -40,10 +40,10 @@ RETURNING owner, expires_at`, sessionID, owner, now.Add(ttl).UnixMilli(), now.Un
 
 // heldBy returns the *store.LeaseError naming the session's current
 // holder, or pgx.ErrNoRows if there is none.
-func (s *Store) heldBy(ctx context.Context, sessionID string) error {
-	e := &store.LeaseError{SessionID: sessionID}
+func (s *Store) heldBy(ctx context.Context, k store.SessionKey) error {
+	e := &store.LeaseError{ProjectID: k.ProjectID, SessionID: k.SessionID}
 	var expires int64
-	if err := s.pool.QueryRow(ctx, `SELECT owner, expires_at FROM leases WHERE session_id = $1`, sessionID).
+	if err := s.pool.QueryRow(ctx, `SELECT owner, expires_at FROM leases WHERE project_id = $1 AND session_id = $2`, k.ProjectID, k.SessionID).
 		Scan(&e.Owner, &expires); err != nil {
 		return err
 	}
@@ -52,10 +52,10 @@ func (s *Store) heldBy(ctx context.Context, sessionID string) error {
 }
 
 // ReleaseLease implements store.Leases.
-func (s *Store) ReleaseLease(ctx context.Context, sessionID, owner string) error {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM leases WHERE session_id = $1 AND owner = $2`, sessionID, owner)
+func (s *Store) ReleaseLease(ctx context.Context, k store.SessionKey, owner string) error {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM leases WHERE project_id = $1 AND session_id = $2 AND owner = $3`, k.ProjectID, k.SessionID, owner)
 	if err == nil && tag.RowsAffected() == 0 {
-		if err = s.heldBy(ctx, sessionID); errors.Is(err, pgx.ErrNoRows) {
+		if err = s.heldBy(ctx, k); errors.Is(err, pgx.ErrNoRows) {
 			err = nil // there was no lease
 		}
 	}
@@ -66,13 +66,13 @@ func (s *Store) ReleaseLease(ctx context.Context, sessionID, owner string) error
 }
 
 // GetLease implements store.Leases.
-func (s *Store) GetLease(ctx context.Context, sessionID string) (store.Lease, error) {
-	out := store.Lease{SessionID: sessionID}
+func (s *Store) GetLease(ctx context.Context, k store.SessionKey) (store.Lease, error) {
+	out := store.Lease{ProjectID: k.ProjectID, SessionID: k.SessionID}
 	var expires int64
-	err := s.pool.QueryRow(ctx, `SELECT owner, expires_at FROM leases WHERE session_id = $1`, sessionID).
+	err := s.pool.QueryRow(ctx, `SELECT owner, expires_at FROM leases WHERE project_id = $1 AND session_id = $2`, k.ProjectID, k.SessionID).
 		Scan(&out.Owner, &expires)
 	if err != nil {
-		return store.Lease{}, fmt.Errorf("get lease %s: %w", sessionID, notFound(err))
+		return store.Lease{}, fmt.Errorf("get lease %s: %w", k, notFound(err))
 	}
 	out.Expires = fromMS(expires)
 	return out, nil

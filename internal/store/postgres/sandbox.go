@@ -11,14 +11,14 @@ import (
 	"github.com/agentrunner/runner/internal/store"
 )
 
-const sandboxCols = `provider, id, session_id, state, labels, created_at, updated_at`
+const sandboxCols = `provider, id, project_id, session_id, state, labels, created_at, updated_at`
 
 func scanSandbox(r scanner) (store.Sandbox, error) {
 	var sb store.Sandbox
 	var state string
 	var labels []byte
 	var created, updated int64
-	if err := r.Scan(&sb.Provider, &sb.ID, &sb.SessionID, &state, &labels, &created, &updated); err != nil {
+	if err := r.Scan(&sb.Provider, &sb.ID, &sb.ProjectID, &sb.SessionID, &state, &labels, &created, &updated); err != nil {
 		return sb, err
 	}
 	sb.State = store.SandboxState(state)
@@ -42,12 +42,12 @@ func (s *Store) PutSandbox(ctx context.Context, sb store.Sandbox) (store.Sandbox
 		return store.Sandbox{}, fmt.Errorf("put sandbox %s/%s: %w", sb.Provider, sb.ID, err)
 	}
 	out, err := scanSandbox(s.pool.QueryRow(ctx, `
-INSERT INTO sandboxes (`+sandboxCols+`) VALUES ($1, $2, $3, $4, $5::jsonb, $6, $6)
+INSERT INTO sandboxes (`+sandboxCols+`) VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $7)
 ON CONFLICT (provider, id) DO UPDATE SET
-	session_id = excluded.session_id, state = excluded.state, labels = excluded.labels,
+	project_id = excluded.project_id, session_id = excluded.session_id, state = excluded.state, labels = excluded.labels,
 	updated_at = excluded.updated_at
 RETURNING `+sandboxCols,
-		sb.Provider, sb.ID, sb.SessionID, string(sb.State), string(labels), nowMS()))
+		sb.Provider, sb.ID, sb.ProjectID, sb.SessionID, string(sb.State), string(labels), nowMS()))
 	if err != nil {
 		return store.Sandbox{}, fmt.Errorf("put sandbox %s/%s: %w", sb.Provider, sb.ID, err)
 	}
@@ -67,8 +67,8 @@ WHERE provider = $1 AND id = $2`, provider, id))
 // ListSandboxes implements store.Sandboxes.
 func (s *Store) ListSandboxes(ctx context.Context, q store.SandboxQuery) ([]store.Sandbox, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+sandboxCols+` FROM sandboxes
-WHERE ($1 = '' OR provider = $1) AND ($2 = '' OR state = $2) AND ($3 = '' OR session_id = $3)
-ORDER BY created_at, provider, id`, q.Provider, string(q.State), q.SessionID)
+WHERE ($1 = '' OR provider = $1) AND ($2 = '' OR state = $2) AND ($3 = '' OR session_id = $3) AND ($4 = '' OR project_id = $4)
+ORDER BY created_at, provider, id`, q.Provider, string(q.State), q.SessionID, q.ProjectID)
 	out, err := collect(rows, err, scanSandbox)
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes: %w", err)
@@ -85,12 +85,12 @@ func (s *Store) DeleteSandbox(ctx context.Context, provider, id string) error {
 	return nil
 }
 
-const secretCols = `provider, id, name, session_id, created_at`
+const secretCols = `provider, id, name, project_id, session_id, created_at`
 
 func scanSecret(r scanner) (store.Secret, error) {
 	var sec store.Secret
 	var created int64
-	err := r.Scan(&sec.Provider, &sec.ID, &sec.Name, &sec.SessionID, &created)
+	err := r.Scan(&sec.Provider, &sec.ID, &sec.Name, &sec.ProjectID, &sec.SessionID, &created)
 	sec.CreatedAt = fromMS(created)
 	return sec, err
 }
@@ -101,10 +101,10 @@ func (s *Store) PutSecret(ctx context.Context, sec store.Secret) (store.Secret, 
 		return store.Secret{}, err
 	}
 	out, err := scanSecret(s.pool.QueryRow(ctx, `
-INSERT INTO secrets (`+secretCols+`) VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT (provider, id) DO UPDATE SET name = excluded.name, session_id = excluded.session_id
+INSERT INTO secrets (`+secretCols+`) VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (provider, id) DO UPDATE SET name = excluded.name, project_id = excluded.project_id, session_id = excluded.session_id
 RETURNING `+secretCols,
-		sec.Provider, sec.ID, sec.Name, sec.SessionID, nowMS()))
+		sec.Provider, sec.ID, sec.Name, sec.ProjectID, sec.SessionID, nowMS()))
 	if err != nil {
 		return store.Secret{}, fmt.Errorf("put secret %s/%s: %w", sec.Provider, sec.ID, err)
 	}
@@ -114,8 +114,8 @@ RETURNING `+secretCols,
 // ListSecrets implements store.Secrets.
 func (s *Store) ListSecrets(ctx context.Context, q store.SecretQuery) ([]store.Secret, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+secretCols+` FROM secrets
-WHERE ($1 = '' OR provider = $1) AND ($2 = '' OR session_id = $2)
-ORDER BY created_at, provider, id`, q.Provider, q.SessionID)
+WHERE ($1 = '' OR provider = $1) AND ($2 = '' OR session_id = $2) AND ($3 = '' OR project_id = $3)
+ORDER BY created_at, provider, id`, q.Provider, q.SessionID, q.ProjectID)
 	out, err := collect(rows, err, scanSecret)
 	if err != nil {
 		return nil, fmt.Errorf("list secrets: %w", err)

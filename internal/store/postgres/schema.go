@@ -88,6 +88,36 @@ CREATE TABLE leases (
 	expires_at BIGINT NOT NULL
 );
 `,
+	// 2: sessions are keyed by (project, id): the same id in two projects
+	// is two sessions. Every row keeps the project its session was
+	// recorded with (a session row's project_id); a lease, sandbox or
+	// secret whose session has no row gets the empty project, that of
+	// requests naming none.
+	`
+ALTER TABLE turns DROP CONSTRAINT turns_session_id_fkey;
+ALTER TABLE turns ADD COLUMN project_id TEXT NOT NULL DEFAULT '';
+UPDATE turns t SET project_id = s.project_id FROM sessions s WHERE s.id = t.session_id;
+ALTER TABLE events ADD COLUMN project_id TEXT NOT NULL DEFAULT '';
+UPDATE events e SET project_id = s.project_id FROM sessions s WHERE s.id = e.session_id;
+ALTER TABLE leases ADD COLUMN project_id TEXT NOT NULL DEFAULT '';
+UPDATE leases l SET project_id = s.project_id FROM sessions s WHERE s.id = l.session_id;
+ALTER TABLE sandboxes ADD COLUMN project_id TEXT NOT NULL DEFAULT '';
+UPDATE sandboxes b SET project_id = s.project_id FROM sessions s WHERE s.id = b.session_id;
+ALTER TABLE secrets ADD COLUMN project_id TEXT NOT NULL DEFAULT '';
+UPDATE secrets c SET project_id = s.project_id FROM sessions s WHERE s.id = c.session_id;
+
+ALTER TABLE sessions DROP CONSTRAINT sessions_pkey;
+ALTER TABLE sessions ADD PRIMARY KEY (project_id, id);
+ALTER TABLE turns DROP CONSTRAINT turns_pkey;
+ALTER TABLE turns ADD PRIMARY KEY (project_id, session_id, turn_index);
+ALTER TABLE turns ADD FOREIGN KEY (project_id, session_id) REFERENCES sessions (project_id, id);
+ALTER TABLE events DROP CONSTRAINT events_pkey;
+ALTER TABLE events ADD PRIMARY KEY (project_id, session_id, seq);
+ALTER TABLE leases DROP CONSTRAINT leases_pkey;
+ALTER TABLE leases ADD PRIMARY KEY (project_id, session_id);
+DROP INDEX sessions_updated;
+CREATE INDEX sessions_updated ON sessions (updated_at DESC, id, project_id);
+`,
 }
 
 // migrate brings the database to len(migs), in one transaction, holding

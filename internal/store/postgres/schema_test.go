@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/store"
 	"github.com/agentrunner/runner/internal/store/postgres"
+	"github.com/agentrunner/runner/internal/store/storetest"
 	"github.com/agentrunner/runner/internal/wire"
 )
 
@@ -72,7 +74,7 @@ func TestReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := []store.Event{{Event: wire.Event{Type: wire.EventDone}}}
-	if _, err := st.AppendEvents(ctx, "s", ev); err != nil {
+	if _, err := st.AppendEvents(ctx, sk("s"), ev); err != nil {
 		t.Fatal(err)
 	}
 	before := versions(t, st)
@@ -82,7 +84,7 @@ func TestReopen(t *testing.T) {
 	if got := versions(t, st); !slices.Equal(got, before) {
 		t.Fatalf("versions after reopen %v, want %v", got, before)
 	}
-	if last, err := st.AppendEvents(ctx, "s", ev); err != nil || last != 2 {
+	if last, err := st.AppendEvents(ctx, sk("s"), ev); err != nil || last != 2 {
 		t.Fatalf("AppendEvents after reopen = %d, %v; want 2", last, err)
 	}
 }
@@ -109,8 +111,8 @@ func TestMigrateFailureRollsBack(t *testing.T) {
 	st := open(t, newSchema(t))
 	bad := append(slices.Clone(postgres.Migrations), `CREATE TABLE half (x INTEGER); CREATE TABLE broken (`)
 	err := postgres.Migrate(t.Context(), st, bad)
-	if err == nil || !strings.Contains(err.Error(), "version 2") {
-		t.Fatalf("Migrate = %v, want an error naming version 2", err)
+	if want := fmt.Sprintf("version %d", len(bad)); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Migrate = %v, want an error naming %s", err, want)
 	}
 	if got, want := versions(t, st), upTo(len(postgres.Migrations)); !slices.Equal(got, want) {
 		t.Fatalf("versions %v, want %v", got, want)
@@ -161,3 +163,20 @@ func TestOpenBadURL(t *testing.T) {
 		t.Fatalf("Open = %v, want ErrInvalid", err)
 	}
 }
+
+// TestMigrateV1 upgrades a database written at the first schema version,
+// sessions keyed by id alone: its rows keep their projects.
+func TestMigrateV1(t *testing.T) {
+	dsn := newSchema(t)
+	if err := postgres.CreateAt(t.Context(), dsn, postgres.Migrations[:1], storetest.V1Rows); err != nil {
+		t.Fatal(err)
+	}
+	st := open(t, dsn)
+	if got, want := versions(t, st), upTo(len(postgres.Migrations)); !slices.Equal(got, want) {
+		t.Fatalf("versions %v, want %v", got, want)
+	}
+	storetest.CheckV1Migrated(t, st)
+}
+
+// sk is the key of the session id in the empty project.
+func sk(id string) store.SessionKey { return store.SessionKey{SessionID: id} }

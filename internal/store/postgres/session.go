@@ -30,24 +30,24 @@ func (s *Store) PutSession(ctx context.Context, in store.Session) (store.Session
 INSERT INTO sessions (id, project_id, harness, status, sandbox_provider, sandbox_id,
 	agent_session_id, created_at, updated_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
-ON CONFLICT (id) DO UPDATE SET
-	project_id = excluded.project_id, harness = excluded.harness, status = excluded.status,
+ON CONFLICT (project_id, id) DO UPDATE SET
+	harness = excluded.harness, status = excluded.status,
 	sandbox_provider = excluded.sandbox_provider, sandbox_id = excluded.sandbox_id,
 	agent_session_id = excluded.agent_session_id, updated_at = excluded.updated_at
 RETURNING `+sessionCols,
 		in.ID, in.ProjectID, in.Harness, string(in.Status), in.SandboxProvider, in.SandboxID,
 		in.AgentSessionID, nowMS()))
 	if err != nil {
-		return store.Session{}, fmt.Errorf("put session %s: %w", in.ID, err)
+		return store.Session{}, fmt.Errorf("put session %s: %w", in.Key(), err)
 	}
 	return out, nil
 }
 
 // GetSession implements store.Sessions.
-func (s *Store) GetSession(ctx context.Context, id string) (store.Session, error) {
-	out, err := scanSession(s.pool.QueryRow(ctx, `SELECT `+sessionCols+` FROM sessions WHERE id = $1`, id))
+func (s *Store) GetSession(ctx context.Context, k store.SessionKey) (store.Session, error) {
+	out, err := scanSession(s.pool.QueryRow(ctx, `SELECT `+sessionCols+` FROM sessions WHERE project_id = $1 AND id = $2`, k.ProjectID, k.SessionID))
 	if err != nil {
-		return store.Session{}, fmt.Errorf("get session %s: %w", id, notFound(err))
+		return store.Session{}, fmt.Errorf("get session %s: %w", k, notFound(err))
 	}
 	return out, nil
 }
@@ -55,8 +55,8 @@ func (s *Store) GetSession(ctx context.Context, id string) (store.Session, error
 // ListSessions implements store.Sessions.
 func (s *Store) ListSessions(ctx context.Context, q store.SessionQuery) ([]store.Session, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+sessionCols+` FROM sessions
-WHERE ($1 = '' OR project_id = $1) AND ($2 = '' OR status = $2)
-ORDER BY updated_at DESC, id LIMIT $3`, q.ProjectID, string(q.Status), limit(q.Limit))
+WHERE ($1 = '' OR project_id = $1) AND ($2 = '' OR status = $2) AND ($4 = '' OR id = $4)
+ORDER BY updated_at DESC, id, project_id LIMIT $3`, q.ProjectID, string(q.Status), limit(q.Limit), q.ID)
 	out, err := collect(rows, err, scanSession)
 	if err != nil {
 		return nil, fmt.Errorf("list sessions: %w", err)

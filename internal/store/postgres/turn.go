@@ -12,7 +12,7 @@ import (
 	"github.com/agentrunner/runner/internal/store"
 )
 
-const turnCols = `session_id, turn_index, turn_id, harness, agent_session_id, sandbox_provider,
+const turnCols = `project_id, session_id, turn_index, turn_id, harness, agent_session_id, sandbox_provider,
 	sandbox_id, status, started_at, ended_at, input_tokens, output_tokens, total_tokens, cost,
 	stop_reason, error, owner`
 
@@ -20,7 +20,7 @@ func scanTurn(r scanner) (store.Turn, error) {
 	var t store.Turn
 	var status string
 	var started, ended int64
-	err := r.Scan(&t.SessionID, &t.Index, &t.TurnID, &t.Harness, &t.AgentSessionID, &t.SandboxProvider,
+	err := r.Scan(&t.ProjectID, &t.SessionID, &t.Index, &t.TurnID, &t.Harness, &t.AgentSessionID, &t.SandboxProvider,
 		&t.SandboxID, &status, &started, &ended, &t.Usage.Input, &t.Usage.Output, &t.Usage.Total, &t.Usage.Cost,
 		&t.StopReason, &t.Error, &t.Owner)
 	t.Status = store.TurnStatus(status)
@@ -37,18 +37,18 @@ func (s *Store) BeginTurn(ctx context.Context, t store.Turn) (store.Turn, error)
 	out, err := scanTurn(s.pool.QueryRow(ctx, `
 WITH s AS (
 	UPDATE sessions SET last_turn_index = GREATEST(last_turn_index, $2), updated_at = $10
-	WHERE id = $1 RETURNING id
+	WHERE project_id = $12 AND id = $1 RETURNING project_id, id
 )
 INSERT INTO turns (`+turnCols+`)
-SELECT s.id, $2, $3, $4, $5, $6, $7, $8, $9, 0, 0, 0, 0, 0, '', '', $11 FROM s
+SELECT s.project_id, s.id, $2, $3, $4, $5, $6, $7, $8, $9, 0, 0, 0, 0, 0, '', '', $11 FROM s
 RETURNING `+turnCols,
 		t.SessionID, t.Index, t.TurnID, t.Harness, t.AgentSessionID, t.SandboxProvider,
-		t.SandboxID, string(store.TurnRunning), ms(t.StartedAt), nowMS(), t.Owner))
+		t.SandboxID, string(store.TurnRunning), ms(t.StartedAt), nowMS(), t.Owner, t.ProjectID))
 	if isUnique(err) {
 		err = errdefs.ErrConflict
 	}
 	if err != nil {
-		return store.Turn{}, fmt.Errorf("begin turn %s/%d: %w", t.SessionID, t.Index, notFound(err))
+		return store.Turn{}, fmt.Errorf("begin turn %s/%d: %w", t.Key(), t.Index, notFound(err))
 	}
 	return out, nil
 }
@@ -61,11 +61,11 @@ func (s *Store) EndTurn(ctx context.Context, t store.Turn) (store.Turn, error) {
 	out, err := scanTurn(s.pool.QueryRow(ctx, `UPDATE turns SET
 	status = $3, ended_at = $4, input_tokens = $5, output_tokens = $6, total_tokens = $7, cost = $8,
 	stop_reason = $9, error = $10, agent_session_id = $11, sandbox_provider = $12, sandbox_id = $13
-WHERE session_id = $1 AND turn_index = $2 AND status IN ('running', 'paused')
+WHERE project_id = $14 AND session_id = $1 AND turn_index = $2 AND status IN ('running', 'paused')
 RETURNING `+turnCols,
 		t.SessionID, t.Index,
 		string(t.Status), ms(t.EndedAt), t.Usage.Input, t.Usage.Output, t.Usage.Total, t.Usage.Cost,
-		t.StopReason, t.Error, t.AgentSessionID, t.SandboxProvider, t.SandboxID))
+		t.StopReason, t.Error, t.AgentSessionID, t.SandboxProvider, t.SandboxID, t.ProjectID))
 	if err == nil {
 		return out, nil
 	}
@@ -73,35 +73,35 @@ RETURNING `+turnCols,
 		// Tell a missing turn from one that has already ended; an ended
 		// turn never runs again, so no transaction is needed.
 		var status string
-		err = s.pool.QueryRow(ctx, `SELECT status FROM turns WHERE session_id = $1 AND turn_index = $2`,
-			t.SessionID, t.Index).Scan(&status)
+		err = s.pool.QueryRow(ctx, `SELECT status FROM turns WHERE project_id = $1 AND session_id = $2 AND turn_index = $3`,
+			t.ProjectID, t.SessionID, t.Index).Scan(&status)
 		if err == nil {
 			err = fmt.Errorf("already %s: %w", status, errdefs.ErrConflict)
 		}
 	}
-	return store.Turn{}, fmt.Errorf("end turn %s/%d: %w", t.SessionID, t.Index, notFound(err))
+	return store.Turn{}, fmt.Errorf("end turn %s/%d: %w", t.Key(), t.Index, notFound(err))
 }
 
 // GetTurn implements store.Turns.
-func (s *Store) GetTurn(ctx context.Context, sessionID string, index int) (store.Turn, error) {
+func (s *Store) GetTurn(ctx context.Context, k store.SessionKey, index int) (store.Turn, error) {
 	out, err := scanTurn(s.pool.QueryRow(ctx, `SELECT `+turnCols+` FROM turns
-WHERE session_id = $1 AND turn_index = $2`, sessionID, index))
+WHERE project_id = $1 AND session_id = $2 AND turn_index = $3`, k.ProjectID, k.SessionID, index))
 	if err != nil {
-		return store.Turn{}, fmt.Errorf("get turn %s/%d: %w", sessionID, index, notFound(err))
+		return store.Turn{}, fmt.Errorf("get turn %s/%d: %w", k, index, notFound(err))
 	}
 	return out, nil
 }
 
 // ListTurns implements store.Turns.
-func (s *Store) ListTurns(ctx context.Context, sessionID string) ([]store.Turn, error) {
+func (s *Store) ListTurns(ctx context.Context, k store.SessionKey) ([]store.Turn, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+turnCols+` FROM turns
-WHERE session_id = $1 ORDER BY turn_index`, sessionID)
+WHERE project_id = $1 AND session_id = $2 ORDER BY turn_index`, k.ProjectID, k.SessionID)
 	out, err := collect(rows, err, scanTurn)
 	if err == nil && len(out) == 0 {
-		err = s.sessionExists(ctx, sessionID)
+		err = s.sessionExists(ctx, k)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("list turns %s: %w", sessionID, err)
+		return nil, fmt.Errorf("list turns %s: %w", k, err)
 	}
 	return out, nil
 }
@@ -117,7 +117,7 @@ WHERE owner = $1 AND status = 'running'`, owner, ms(at))
 }
 
 // sessionExists returns nil if the session exists, else ErrNotFound.
-func (s *Store) sessionExists(ctx context.Context, id string) error {
+func (s *Store) sessionExists(ctx context.Context, k store.SessionKey) error {
 	var one int
-	return notFound(s.pool.QueryRow(ctx, `SELECT 1 FROM sessions WHERE id = $1`, id).Scan(&one))
+	return notFound(s.pool.QueryRow(ctx, `SELECT 1 FROM sessions WHERE project_id = $1 AND id = $2`, k.ProjectID, k.SessionID).Scan(&one))
 }

@@ -19,7 +19,7 @@ func TestWriterNeverCheckpoints(t *testing.T) {
 		t.Fatalf("writer wal_autocheckpoint = %d (%v), want 0", n, err)
 	}
 	ctx := t.Context()
-	if _, err := st.PutSession(ctx, store.Session{ID: "s", ProjectID: "p", Harness: "h", Status: store.SessionActive}); err != nil {
+	if _, err := st.PutSession(ctx, store.Session{ID: "s", Harness: "h", Status: store.SessionActive}); err != nil {
 		t.Fatal(err)
 	}
 	evs := make([]store.Event, 500)
@@ -27,7 +27,7 @@ func TestWriterNeverCheckpoints(t *testing.T) {
 		evs[i].Event = wire.Event{Type: wire.EventMessageDelta, Delta: "some text to fill pages"}
 	}
 	for range 10 {
-		if _, err := st.AppendEvents(ctx, "s", evs); err != nil {
+		if _, err := st.AppendEvents(ctx, sk("s"), evs); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -35,7 +35,7 @@ func TestWriterNeverCheckpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	again := openAt(t, path)
-	got, err := again.ReadEvents(ctx, "s", 0, 0)
+	got, err := again.ReadEvents(ctx, sk("s"), 0, 0)
 	if err != nil || len(got) != 5000 {
 		t.Fatalf("after reopening: %d events, %v", len(got), err)
 	}

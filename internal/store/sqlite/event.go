@@ -20,7 +20,7 @@ const insertChunk = 8
 // appendReq is one AppendEvents call waiting for its commit.
 type appendReq struct {
 	ctx     context.Context
-	session string
+	session store.SessionKey
 	evs     []store.Event
 	data    []string // evs[i].Event as JSON
 	last    int64
@@ -42,8 +42,8 @@ type appendReq struct {
 // the next transaction, so concurrent appenders share the cost of a
 // commit. The sequence numbers come from the session row, bumped in the
 // transaction that inserts the events, so they are gapless.
-func (s *Store) AppendEvents(ctx context.Context, sessionID string, evs []store.Event) (int64, error) {
-	req, err := newAppendReq(ctx, sessionID, evs)
+func (s *Store) AppendEvents(ctx context.Context, k store.SessionKey, evs []store.Event) (int64, error) {
+	req, err := newAppendReq(ctx, k, evs)
 	if err != nil {
 		return 0, err
 	}
@@ -57,7 +57,7 @@ func (s *Store) EndTurnWithEvents(ctx context.Context, t store.Turn, evs []store
 	if err := t.ValidateEnd(); err != nil {
 		return store.Turn{}, 0, err
 	}
-	req, err := newAppendReq(ctx, t.SessionID, evs)
+	req, err := newAppendReq(ctx, t.Key(), evs)
 	if err != nil {
 		return store.Turn{}, 0, err
 	}
@@ -66,7 +66,7 @@ func (s *Store) EndTurnWithEvents(ctx context.Context, t store.Turn, evs []store
 		return store.Turn{}, 0, err
 	}
 	if req.endErr != nil {
-		return store.Turn{}, req.last, fmt.Errorf("end turn %s/%d: %w", t.SessionID, t.Index, req.endErr)
+		return store.Turn{}, req.last, fmt.Errorf("end turn %s/%d: %w", t.Key(), t.Index, req.endErr)
 	}
 	return req.ended, req.last, nil
 }
@@ -76,13 +76,13 @@ func (s *Store) BeginTurnWithEvents(ctx context.Context, t store.Turn, evs []sto
 	if err := t.ValidateBegin(); err != nil {
 		return 0, err
 	}
-	req, err := newAppendReq(ctx, t.SessionID, evs)
+	req, err := newAppendReq(ctx, t.Key(), evs)
 	if err != nil {
 		return 0, err
 	}
 	req.begin = &t
 	if err := s.appendAndWait(req); err != nil {
-		return 0, fmt.Errorf("begin turn %s/%d: %w", t.SessionID, t.Index, err)
+		return 0, fmt.Errorf("begin turn %s/%d: %w", t.Key(), t.Index, err)
 	}
 	return req.last, nil
 }
@@ -96,26 +96,26 @@ func (s *Store) WriteTurnWithEvents(ctx context.Context, begin store.Turn, evs [
 	if err := end.ValidateEnd(); err != nil {
 		return store.Turn{}, 0, err
 	}
-	req, err := newAppendReq(ctx, begin.SessionID, evs)
+	req, err := newAppendReq(ctx, begin.Key(), evs)
 	if err != nil {
 		return store.Turn{}, 0, err
 	}
 	req.begin, req.end = &begin, &end
 	if err := s.appendAndWait(req); err != nil {
-		return store.Turn{}, 0, fmt.Errorf("begin turn %s/%d: %w: %w", begin.SessionID, begin.Index, store.ErrNotBegun, err)
+		return store.Turn{}, 0, fmt.Errorf("begin turn %s/%d: %w: %w", begin.Key(), begin.Index, store.ErrNotBegun, err)
 	}
 	if req.endErr != nil {
-		return store.Turn{}, req.last, fmt.Errorf("end turn %s/%d: %w", end.SessionID, end.Index, req.endErr)
+		return store.Turn{}, req.last, fmt.Errorf("end turn %s/%d: %w", end.Key(), end.Index, req.endErr)
 	}
 	return req.ended, req.last, nil
 }
 
-func newAppendReq(ctx context.Context, sessionID string, evs []store.Event) (*appendReq, error) {
-	req := &appendReq{ctx: ctx, session: sessionID, evs: evs, data: make([]string, len(evs)), done: make(chan struct{})}
+func newAppendReq(ctx context.Context, k store.SessionKey, evs []store.Event) (*appendReq, error) {
+	req := &appendReq{ctx: ctx, session: k, evs: evs, data: make([]string, len(evs)), done: make(chan struct{})}
 	for i := range evs {
 		b, err := json.Marshal(evs[i].Event)
 		if err != nil {
-			return nil, fmt.Errorf("append events %s: %w", sessionID, err)
+			return nil, fmt.Errorf("append events %s: %w", k, err)
 		}
 		req.data[i] = string(b)
 	}
@@ -204,7 +204,7 @@ func (s *Store) commitGroup(group []*appendReq) {
 			if req.err = req.ctx.Err(); req.err != nil {
 				continue
 			}
-			whole := req.begin != nil && req.end != nil && req.end.SessionID == req.begin.SessionID && req.end.Index == req.begin.Index
+			whole := req.begin != nil && req.end != nil && req.end.Key() == req.begin.Key() && req.end.Index == req.begin.Index
 			if req.begin != nil {
 				row := *req.begin
 				if whole {
@@ -231,9 +231,9 @@ func (s *Store) commitGroup(group []*appendReq) {
 			}
 			var err error
 			if req.begin != nil {
-				err = tx.Stmt(s.stmts.bumpBegin).QueryRow(len(req.evs), req.begin.Index, nowMS(), req.session).Scan(&req.last)
+				err = tx.Stmt(s.stmts.bumpBegin).QueryRow(len(req.evs), req.begin.Index, nowMS(), req.session.ProjectID, req.session.SessionID).Scan(&req.last)
 			} else {
-				err = bump.QueryRow(len(req.evs), req.session).Scan(&req.last)
+				err = bump.QueryRow(len(req.evs), req.session.ProjectID, req.session.SessionID).Scan(&req.last)
 			}
 			if errors.Is(err, sql.ErrNoRows) {
 				req.err = errdefs.ErrNotFound // nothing was written
@@ -248,7 +248,7 @@ func (s *Store) commitGroup(group []*appendReq) {
 				args = args[:0]
 				for i, e := range chunk {
 					seq++
-					args = append(args, req.session, seq, e.TurnIndex, ms(e.Time), req.data[start+i])
+					args = append(args, req.session.ProjectID, req.session.SessionID, seq, e.TurnIndex, ms(e.Time), req.data[start+i])
 				}
 				if _, err := tx.Stmt(s.insertEvents[len(chunk)-1]).Exec(args...); err != nil {
 					return err
@@ -276,7 +276,7 @@ func (s *Store) beginInGroup(tx *sql.Tx, t store.Turn) error {
 	if status == "" {
 		status = store.TurnRunning
 	}
-	_, err := tx.Stmt(s.stmts.insertTurnRow).Exec(t.SessionID, t.Index, t.TurnID, t.Harness, t.AgentSessionID,
+	_, err := tx.Stmt(s.stmts.insertTurnRow).Exec(t.ProjectID, t.SessionID, t.Index, t.TurnID, t.Harness, t.AgentSessionID,
 		t.SandboxProvider, t.SandboxID, string(status), ms(t.StartedAt), ms(t.EndedAt),
 		t.Usage.Input, t.Usage.Output, t.Usage.Total, t.Usage.Cost, t.StopReason, t.Error, t.Owner)
 	switch {
@@ -299,18 +299,18 @@ func endedTurn(begin, end store.Turn) store.Turn {
 }
 
 // ReadEvents implements store.Events.
-func (s *Store) ReadEvents(ctx context.Context, sessionID string, after int64, limit int) ([]store.Event, error) {
+func (s *Store) ReadEvents(ctx context.Context, k store.SessionKey, after int64, limit int) ([]store.Event, error) {
 	if limit <= 0 {
 		limit = -1
 	}
 	rows, err := s.r.QueryContext(ctx, `SELECT seq, turn_index, at, event FROM events
-WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?`, sessionID, after, limit)
+WHERE project_id = ? AND session_id = ? AND seq > ? ORDER BY seq LIMIT ?`, k.ProjectID, k.SessionID, after, limit)
 	out, err := collect(rows, err, scanEvent)
 	if err == nil && len(out) == 0 {
-		err = s.sessionExists(ctx, sessionID)
+		err = s.sessionExists(ctx, k)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read events %s: %w", sessionID, err)
+		return nil, fmt.Errorf("read events %s: %w", k, err)
 	}
 	return out, nil
 }

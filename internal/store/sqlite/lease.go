@@ -11,20 +11,20 @@ import (
 )
 
 // AcquireLease implements store.Leases.
-func (s *Store) AcquireLease(ctx context.Context, sessionID, owner string, now time.Time, ttl time.Duration) (store.Lease, error) {
-	if err := store.ValidateLease(sessionID, owner, ttl); err != nil {
+func (s *Store) AcquireLease(ctx context.Context, k store.SessionKey, owner string, now time.Time, ttl time.Duration) (store.Lease, error) {
+	if err := store.ValidateLease(k, owner, ttl); err != nil {
 		return store.Lease{}, err
 	}
-	out := store.Lease{SessionID: sessionID}
+	out := store.Lease{ProjectID: k.ProjectID, SessionID: k.SessionID}
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var expires int64
 		err := tx.QueryRowContext(ctx, `
-INSERT INTO leases (session_id, owner, expires_at) VALUES (?, ?, ?)
-ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
+INSERT INTO leases (project_id, session_id, owner, expires_at) VALUES (?, ?, ?, ?)
+ON CONFLICT (project_id, session_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
 WHERE leases.owner = excluded.owner OR leases.expires_at <= ?
-RETURNING owner, expires_at`, sessionID, owner, now.Add(ttl).UnixMilli(), now.UnixMilli()).Scan(&out.Owner, &expires)
+RETURNING owner, expires_at`, k.ProjectID, k.SessionID, owner, now.Add(ttl).UnixMilli(), now.UnixMilli()).Scan(&out.Owner, &expires)
 		if errors.Is(err, sql.ErrNoRows) {
-			return heldBy(ctx, tx, sessionID)
+			return heldBy(ctx, tx, k)
 		}
 		out.Expires = fromMS(expires)
 		return err
@@ -36,10 +36,10 @@ RETURNING owner, expires_at`, sessionID, owner, now.Add(ttl).UnixMilli(), now.Un
 }
 
 // heldBy returns the *store.LeaseError naming the session's current holder.
-func heldBy(ctx context.Context, tx *sql.Tx, sessionID string) error {
-	e := &store.LeaseError{SessionID: sessionID}
+func heldBy(ctx context.Context, tx *sql.Tx, k store.SessionKey) error {
+	e := &store.LeaseError{ProjectID: k.ProjectID, SessionID: k.SessionID}
 	var expires int64
-	if err := tx.QueryRowContext(ctx, `SELECT owner, expires_at FROM leases WHERE session_id = ?`, sessionID).
+	if err := tx.QueryRowContext(ctx, `SELECT owner, expires_at FROM leases WHERE project_id = ? AND session_id = ?`, k.ProjectID, k.SessionID).
 		Scan(&e.Owner, &expires); err != nil {
 		return err
 	}
@@ -48,16 +48,16 @@ func heldBy(ctx context.Context, tx *sql.Tx, sessionID string) error {
 }
 
 // ReleaseLease implements store.Leases.
-func (s *Store) ReleaseLease(ctx context.Context, sessionID, owner string) error {
+func (s *Store) ReleaseLease(ctx context.Context, k store.SessionKey, owner string) error {
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM leases WHERE session_id = ? AND owner = ?`, sessionID, owner)
+		res, err := tx.ExecContext(ctx, `DELETE FROM leases WHERE project_id = ? AND session_id = ? AND owner = ?`, k.ProjectID, k.SessionID, owner)
 		if err != nil {
 			return err
 		}
 		if n, err := res.RowsAffected(); err != nil || n > 0 {
 			return err
 		}
-		if err := heldBy(ctx, tx, sessionID); !errors.Is(err, sql.ErrNoRows) {
+		if err := heldBy(ctx, tx, k); !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
 		return nil // there was no lease
@@ -69,13 +69,13 @@ func (s *Store) ReleaseLease(ctx context.Context, sessionID, owner string) error
 }
 
 // GetLease implements store.Leases.
-func (s *Store) GetLease(ctx context.Context, sessionID string) (store.Lease, error) {
-	out := store.Lease{SessionID: sessionID}
+func (s *Store) GetLease(ctx context.Context, k store.SessionKey) (store.Lease, error) {
+	out := store.Lease{ProjectID: k.ProjectID, SessionID: k.SessionID}
 	var expires int64
-	err := s.r.QueryRowContext(ctx, `SELECT owner, expires_at FROM leases WHERE session_id = ?`, sessionID).
+	err := s.r.QueryRowContext(ctx, `SELECT owner, expires_at FROM leases WHERE project_id = ? AND session_id = ?`, k.ProjectID, k.SessionID).
 		Scan(&out.Owner, &expires)
 	if err != nil {
-		return store.Lease{}, fmt.Errorf("get lease %s: %w", sessionID, notFound(err))
+		return store.Lease{}, fmt.Errorf("get lease %s: %w", k, notFound(err))
 	}
 	out.Expires = fromMS(expires)
 	return out, nil

@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/store"
 	"github.com/agentrunner/runner/internal/store/sqlite"
+	"github.com/agentrunner/runner/internal/store/storetest"
 	"github.com/agentrunner/runner/internal/wire"
 )
 
@@ -81,7 +83,7 @@ func TestReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := []store.Event{{Event: wire.Event{Type: wire.EventDone}}}
-	if _, err := st.AppendEvents(ctx, "s", ev); err != nil {
+	if _, err := st.AppendEvents(ctx, sk("s"), ev); err != nil {
 		t.Fatal(err)
 	}
 	before := versions(t, st)
@@ -93,7 +95,7 @@ func TestReopen(t *testing.T) {
 	if got := versions(t, st); !slices.Equal(got, before) {
 		t.Fatalf("versions after reopen %v, want %v", got, before)
 	}
-	if last, err := st.AppendEvents(ctx, "s", ev); err != nil || last != 2 {
+	if last, err := st.AppendEvents(ctx, sk("s"), ev); err != nil || last != 2 {
 		t.Fatalf("AppendEvents after reopen = %d, %v; want 2", last, err)
 	}
 }
@@ -120,8 +122,8 @@ func TestMigrateFailureRollsBack(t *testing.T) {
 	st := open(t)
 	bad := append(slices.Clone(sqlite.Migrations), `CREATE TABLE half (x INTEGER); CREATE TABLE broken (`)
 	err := sqlite.Migrate(t.Context(), st, bad)
-	if err == nil || !strings.Contains(err.Error(), "version 2") {
-		t.Fatalf("Migrate = %v, want an error naming version 2", err)
+	if want := fmt.Sprintf("version %d", len(bad)); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Migrate = %v, want an error naming %s", err, want)
 	}
 	if got, want := versions(t, st), upTo(len(sqlite.Migrations)); !slices.Equal(got, want) {
 		t.Fatalf("versions %v, want %v", got, want)
@@ -170,7 +172,7 @@ func TestOpenTogether(t *testing.T) {
 	if _, err := stores[0].PutSession(t.Context(), store.Session{ID: "s", Status: store.SessionActive}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := stores[3].GetSession(t.Context(), "s"); err != nil {
+	if _, err := stores[3].GetSession(t.Context(), sk("s")); err != nil {
 		t.Fatalf("a second store does not see the first one's write: %v", err)
 	}
 }
@@ -188,3 +190,24 @@ func TestOpenPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMigrateV1 upgrades a database written at the first schema version,
+// sessions keyed by id alone: its rows keep their projects.
+func TestMigrateV1(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "runner.db")
+	if err := sqlite.CreateAt(t.Context(), path, sqlite.Migrations[:1], storetest.V1Rows); err != nil {
+		t.Fatal(err)
+	}
+	st := openAt(t, path)
+	if got, want := versions(t, st), upTo(len(sqlite.Migrations)); !slices.Equal(got, want) {
+		t.Fatalf("versions %v, want %v", got, want)
+	}
+	storetest.CheckV1Migrated(t, st)
+	var bad int
+	if err := st.DB().QueryRowContext(t.Context(), `SELECT count(*) FROM pragma_foreign_key_check`).Scan(&bad); err != nil || bad != 0 {
+		t.Fatalf("foreign key violations after the migration: %d (%v)", bad, err)
+	}
+}
+
+// sk is the key of the session id in the empty project.
+func sk(id string) store.SessionKey { return store.SessionKey{SessionID: id} }

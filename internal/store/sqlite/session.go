@@ -31,24 +31,24 @@ func (s *Store) PutSession(ctx context.Context, in store.Session) (store.Session
 INSERT INTO sessions (id, project_id, harness, status, sandbox_provider, sandbox_id,
 	agent_session_id, created_at, updated_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (id) DO UPDATE SET
-	project_id = excluded.project_id, harness = excluded.harness, status = excluded.status,
+ON CONFLICT (project_id, id) DO UPDATE SET
+	harness = excluded.harness, status = excluded.status,
 	sandbox_provider = excluded.sandbox_provider, sandbox_id = excluded.sandbox_id,
 	agent_session_id = excluded.agent_session_id, updated_at = excluded.updated_at
 RETURNING `+sessionCols,
 		in.ID, in.ProjectID, in.Harness, string(in.Status), in.SandboxProvider, in.SandboxID,
 		in.AgentSessionID, t, t))
 	if err != nil {
-		return store.Session{}, fmt.Errorf("put session %s: %w", in.ID, err)
+		return store.Session{}, fmt.Errorf("put session %s: %w", in.Key(), err)
 	}
 	return out, nil
 }
 
 // GetSession implements store.Sessions.
-func (s *Store) GetSession(ctx context.Context, id string) (store.Session, error) {
-	out, err := scanSession(s.r.QueryRowContext(ctx, `SELECT `+sessionCols+` FROM sessions WHERE id = ?`, id))
+func (s *Store) GetSession(ctx context.Context, k store.SessionKey) (store.Session, error) {
+	out, err := scanSession(s.r.QueryRowContext(ctx, `SELECT `+sessionCols+` FROM sessions WHERE project_id = ? AND id = ?`, k.ProjectID, k.SessionID))
 	if err != nil {
-		return store.Session{}, fmt.Errorf("get session %s: %w", id, notFound(err))
+		return store.Session{}, fmt.Errorf("get session %s: %w", k, notFound(err))
 	}
 	return out, nil
 }
@@ -60,8 +60,8 @@ func (s *Store) ListSessions(ctx context.Context, q store.SessionQuery) ([]store
 		limit = -1 // SQLite: no limit
 	}
 	rows, err := s.r.QueryContext(ctx, `SELECT `+sessionCols+` FROM sessions
-WHERE (?1 = '' OR project_id = ?1) AND (?2 = '' OR status = ?2)
-ORDER BY updated_at DESC, id LIMIT ?3`, q.ProjectID, string(q.Status), limit)
+WHERE (?1 = '' OR project_id = ?1) AND (?2 = '' OR status = ?2) AND (?4 = '' OR id = ?4)
+ORDER BY updated_at DESC, id, project_id LIMIT ?3`, q.ProjectID, string(q.Status), limit, q.ID)
 	out, err := collect(rows, err, scanSession)
 	if err != nil {
 		return nil, fmt.Errorf("list sessions: %w", err)

@@ -130,19 +130,19 @@ func open(ctx context.Context, path string) (_ *Store, err error) {
 		dst   **sql.Stmt
 		query string
 	}{
-		{&s.bumpSeq, `UPDATE sessions SET last_seq = last_seq + ? WHERE id = ? RETURNING last_seq`},
+		{&s.bumpSeq, `UPDATE sessions SET last_seq = last_seq + ? WHERE project_id = ? AND id = ? RETURNING last_seq`},
 		{&s.stmts.beginSession, sqlBeginSession},
 		{&s.stmts.insertTurn, sqlInsertTurn},
 		{&s.stmts.endTurn, sqlEndTurn},
 		{&s.stmts.insertTurnRow, sqlInsertTurnRow},
-		{&s.stmts.bumpBegin, `UPDATE sessions SET last_seq = last_seq + ?, last_turn_index = max(last_turn_index, ?), updated_at = ? WHERE id = ? RETURNING last_seq`},
+		{&s.stmts.bumpBegin, `UPDATE sessions SET last_seq = last_seq + ?, last_turn_index = max(last_turn_index, ?), updated_at = ? WHERE project_id = ? AND id = ? RETURNING last_seq`},
 	} {
 		if *st.dst, err = s.w.PrepareContext(ctx, st.query); err != nil {
 			return nil, err
 		}
 	}
 	for n := 1; n <= insertChunk; n++ {
-		q := `INSERT INTO events (session_id, seq, turn_index, at, event) VALUES (?, ?, ?, ?, ?)` + strings.Repeat(`, (?, ?, ?, ?, ?)`, n-1)
+		q := `INSERT INTO events (project_id, session_id, seq, turn_index, at, event) VALUES (?, ?, ?, ?, ?, ?)` + strings.Repeat(`, (?, ?, ?, ?, ?, ?)`, n-1)
 		if s.insertEvents[n-1], err = s.w.PrepareContext(ctx, q); err != nil {
 			return nil, err
 		}

@@ -53,7 +53,7 @@ func TestAppendAfterClose(t *testing.T) {
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	_, err = st.AppendEvents(t.Context(), "s", []store.Event{{Event: wire.Event{Type: wire.EventDone}}})
+	_, err = st.AppendEvents(t.Context(), sk("s"), []store.Event{{Event: wire.Event{Type: wire.EventDone}}})
 	if !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("AppendEvents after Close = %v, want ErrUnavailable", err)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/agentrunner/runner/internal/store"
 )
 
-const turnCols = `session_id, turn_index, turn_id, harness, agent_session_id, sandbox_provider,
+const turnCols = `project_id, session_id, turn_index, turn_id, harness, agent_session_id, sandbox_provider,
 	sandbox_id, status, started_at, ended_at, input_tokens, output_tokens, total_tokens, cost,
 	stop_reason, error, owner`
 
@@ -19,7 +19,7 @@ func scanTurn(r scanner) (store.Turn, error) {
 	var t store.Turn
 	var status string
 	var started, ended int64
-	err := r.Scan(&t.SessionID, &t.Index, &t.TurnID, &t.Harness, &t.AgentSessionID, &t.SandboxProvider,
+	err := r.Scan(&t.ProjectID, &t.SessionID, &t.Index, &t.TurnID, &t.Harness, &t.AgentSessionID, &t.SandboxProvider,
 		&t.SandboxID, &status, &started, &ended, &t.Usage.Input, &t.Usage.Output, &t.Usage.Total, &t.Usage.Cost,
 		&t.StopReason, &t.Error, &t.Owner)
 	t.Status = store.TurnStatus(status)
@@ -39,7 +39,7 @@ func (s *Store) BeginTurn(ctx context.Context, t store.Turn) (store.Turn, error)
 		return err
 	})
 	if err != nil {
-		return store.Turn{}, fmt.Errorf("begin turn %s/%d: %w", t.SessionID, t.Index, err)
+		return store.Turn{}, fmt.Errorf("begin turn %s/%d: %w", t.Key(), t.Index, err)
 	}
 	return out, nil
 }
@@ -56,7 +56,7 @@ func (s *Store) EndTurn(ctx context.Context, t store.Turn) (store.Turn, error) {
 		return err
 	})
 	if err != nil {
-		return store.Turn{}, fmt.Errorf("end turn %s/%d: %w", t.SessionID, t.Index, err)
+		return store.Turn{}, fmt.Errorf("end turn %s/%d: %w", t.Key(), t.Index, err)
 	}
 	return out, nil
 }
@@ -64,12 +64,12 @@ func (s *Store) EndTurn(ctx context.Context, t store.Turn) (store.Turn, error) {
 // beginTurn records t as running in tx.
 func (s *Store) beginTurn(ctx context.Context, tx *sql.Tx, t store.Turn) (store.Turn, error) {
 	var id string
-	err := tx.StmtContext(ctx, s.stmts.beginSession).QueryRowContext(ctx, t.Index, nowMS(), t.SessionID).Scan(&id)
+	err := tx.StmtContext(ctx, s.stmts.beginSession).QueryRowContext(ctx, t.Index, nowMS(), t.ProjectID, t.SessionID).Scan(&id)
 	if err != nil {
 		return store.Turn{}, notFound(err)
 	}
 	out, err := scanTurn(tx.StmtContext(ctx, s.stmts.insertTurn).QueryRowContext(ctx,
-		t.SessionID, t.Index, t.TurnID, t.Harness, t.AgentSessionID, t.SandboxProvider,
+		t.ProjectID, t.SessionID, t.Index, t.TurnID, t.Harness, t.AgentSessionID, t.SandboxProvider,
 		t.SandboxID, string(store.TurnRunning), ms(t.StartedAt), t.Owner))
 	if isUnique(err) {
 		return store.Turn{}, errdefs.ErrConflict
@@ -82,14 +82,14 @@ func (s *Store) endTurn(ctx context.Context, tx *sql.Tx, t store.Turn) (store.Tu
 	out, err := scanTurn(tx.StmtContext(ctx, s.stmts.endTurn).QueryRowContext(ctx,
 		string(t.Status), ms(t.EndedAt), t.Usage.Input, t.Usage.Output, t.Usage.Total, t.Usage.Cost,
 		t.StopReason, t.Error, t.AgentSessionID, t.SandboxProvider, t.SandboxID,
-		t.SessionID, t.Index))
+		t.ProjectID, t.SessionID, t.Index))
 	if !errors.Is(err, sql.ErrNoRows) {
 		return out, err
 	}
 	// Tell a missing turn from one that has already ended.
 	var status string
-	err = tx.QueryRowContext(ctx, `SELECT status FROM turns WHERE session_id = ? AND turn_index = ?`,
-		t.SessionID, t.Index).Scan(&status)
+	err = tx.QueryRowContext(ctx, `SELECT status FROM turns WHERE project_id = ? AND session_id = ? AND turn_index = ?`,
+		t.ProjectID, t.SessionID, t.Index).Scan(&status)
 	if err != nil {
 		return store.Turn{}, notFound(err)
 	}
@@ -100,38 +100,38 @@ func (s *Store) endTurn(ctx context.Context, tx *sql.Tx, t store.Turn) (store.Tu
 // parsing the SQL cost more than running it.
 const (
 	sqlBeginSession = `UPDATE sessions
-SET last_turn_index = max(last_turn_index, ?), updated_at = ? WHERE id = ? RETURNING id`
+SET last_turn_index = max(last_turn_index, ?), updated_at = ? WHERE project_id = ? AND id = ? RETURNING id`
 	sqlInsertTurnRow = `INSERT INTO turns (` + turnCols + `)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	sqlInsertTurn = `INSERT INTO turns (` + turnCols + `)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, 0, 0, 0, '', '', ?) RETURNING ` + turnCols
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, 0, 0, 0, '', '', ?) RETURNING ` + turnCols
 	sqlEndTurn = `UPDATE turns SET
 	status = ?, ended_at = ?, input_tokens = ?, output_tokens = ?, total_tokens = ?, cost = ?,
 	stop_reason = ?, error = ?, agent_session_id = ?, sandbox_provider = ?, sandbox_id = ?
-WHERE session_id = ? AND turn_index = ? AND status IN ('running', 'paused')
+WHERE project_id = ? AND session_id = ? AND turn_index = ? AND status IN ('running', 'paused')
 RETURNING ` + turnCols
 )
 
 // GetTurn implements store.Turns.
-func (s *Store) GetTurn(ctx context.Context, sessionID string, index int) (store.Turn, error) {
+func (s *Store) GetTurn(ctx context.Context, k store.SessionKey, index int) (store.Turn, error) {
 	out, err := scanTurn(s.r.QueryRowContext(ctx, `SELECT `+turnCols+` FROM turns
-WHERE session_id = ? AND turn_index = ?`, sessionID, index))
+WHERE project_id = ? AND session_id = ? AND turn_index = ?`, k.ProjectID, k.SessionID, index))
 	if err != nil {
-		return store.Turn{}, fmt.Errorf("get turn %s/%d: %w", sessionID, index, notFound(err))
+		return store.Turn{}, fmt.Errorf("get turn %s/%d: %w", k, index, notFound(err))
 	}
 	return out, nil
 }
 
 // ListTurns implements store.Turns.
-func (s *Store) ListTurns(ctx context.Context, sessionID string) ([]store.Turn, error) {
+func (s *Store) ListTurns(ctx context.Context, k store.SessionKey) ([]store.Turn, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT `+turnCols+` FROM turns
-WHERE session_id = ? ORDER BY turn_index`, sessionID)
+WHERE project_id = ? AND session_id = ? ORDER BY turn_index`, k.ProjectID, k.SessionID)
 	out, err := collect(rows, err, scanTurn)
 	if err == nil && len(out) == 0 {
-		err = s.sessionExists(ctx, sessionID)
+		err = s.sessionExists(ctx, k)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("list turns %s: %w", sessionID, err)
+		return nil, fmt.Errorf("list turns %s: %w", k, err)
 	}
 	return out, nil
 }
@@ -151,7 +151,7 @@ WHERE owner = ? AND status = 'running'`, ms(at), owner)
 }
 
 // sessionExists returns nil if the session exists, else ErrNotFound.
-func (s *Store) sessionExists(ctx context.Context, id string) error {
+func (s *Store) sessionExists(ctx context.Context, k store.SessionKey) error {
 	var one int
-	return notFound(s.r.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE id = ?`, id).Scan(&one))
+	return notFound(s.r.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE project_id = ? AND id = ?`, k.ProjectID, k.SessionID).Scan(&one))
 }

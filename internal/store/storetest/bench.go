@@ -51,11 +51,11 @@ func Bench(b *testing.B, open func(b *testing.B) store.Store) {
 	}
 }
 
-func newBenchSession(b *testing.B, st store.Store, id string) string {
+func newBenchSession(b *testing.B, st store.Store, id string) store.SessionKey {
 	if _, err := st.PutSession(b.Context(), store.Session{ID: id, Status: store.SessionActive}); err != nil {
 		b.Fatal(err)
 	}
-	return id
+	return sk(id)
 }
 
 // benchEvents is n streamed text deltas, the most common event.

@@ -29,47 +29,47 @@ func wantLeaseError(t *testing.T, err error, owner string, expires time.Time) {
 func testLeases(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	const ttl = 30 * time.Second
-	_, err := st.GetLease(ctx, "s")
+	_, err := st.GetLease(ctx, sk("s"))
 	wantErr(t, err, errdefs.ErrNotFound)
 
 	// Free: A takes it. The session need not exist.
-	l := must(st.AcquireLease(ctx, "s", "A", t0, ttl))(t)
+	l := must(st.AcquireLease(ctx, sk("s"), "A", t0, ttl))(t)
 	equal(t, "AcquireLease", l, store.Lease{SessionID: "s", Owner: "A", Expires: t0.Add(ttl)})
-	equal(t, "GetLease", must(st.GetLease(ctx, "s"))(t), l)
+	equal(t, "GetLease", must(st.GetLease(ctx, sk("s")))(t), l)
 
 	// Held: B is refused and told who holds it.
-	_, err = st.AcquireLease(ctx, "s", "B", t0.Add(10*time.Second), ttl)
+	_, err = st.AcquireLease(ctx, sk("s"), "B", t0.Add(10*time.Second), ttl)
 	wantLeaseError(t, err, "A", t0.Add(ttl))
 	var le *store.LeaseError
 	errors.As(err, &le)
 	equal(t, "LeaseError.SessionID", le.SessionID, "s")
 
 	// Same owner: a renewal.
-	l = must(st.AcquireLease(ctx, "s", "A", t0.Add(10*time.Second), ttl))(t)
+	l = must(st.AcquireLease(ctx, sk("s"), "A", t0.Add(10*time.Second), ttl))(t)
 	equal(t, "renewed", l.Expires, t0.Add(40*time.Second))
 
 	// Other sessions are independent.
-	must(st.AcquireLease(ctx, "s2", "B", t0, ttl))(t)
+	must(st.AcquireLease(ctx, sk("s2"), "B", t0, ttl))(t)
 
 	// Expired: held until the last millisecond, free at Expires.
-	_, err = st.AcquireLease(ctx, "s", "B", t0.Add(40*time.Second-time.Millisecond), ttl)
+	_, err = st.AcquireLease(ctx, sk("s"), "B", t0.Add(40*time.Second-time.Millisecond), ttl)
 	wantLeaseError(t, err, "A", t0.Add(40*time.Second))
-	l = must(st.AcquireLease(ctx, "s", "B", t0.Add(40*time.Second), ttl))(t)
+	l = must(st.AcquireLease(ctx, sk("s"), "B", t0.Add(40*time.Second), ttl))(t)
 	equal(t, "taken over", l, store.Lease{SessionID: "s", Owner: "B", Expires: t0.Add(70 * time.Second)})
 
 	// Only the holder releases.
-	wantLeaseError(t, st.ReleaseLease(ctx, "s", "A"), "B", t0.Add(70*time.Second))
-	equal(t, "GetLease after a refused release", must(st.GetLease(ctx, "s"))(t).Owner, "B")
-	if err := st.ReleaseLease(ctx, "s", "B"); err != nil {
+	wantLeaseError(t, st.ReleaseLease(ctx, sk("s"), "A"), "B", t0.Add(70*time.Second))
+	equal(t, "GetLease after a refused release", must(st.GetLease(ctx, sk("s")))(t).Owner, "B")
+	if err := st.ReleaseLease(ctx, sk("s"), "B"); err != nil {
 		t.Fatal(err)
 	}
-	_, err = st.GetLease(ctx, "s")
+	_, err = st.GetLease(ctx, sk("s"))
 	wantErr(t, err, errdefs.ErrNotFound)
-	if err := st.ReleaseLease(ctx, "s", "B"); err != nil {
+	if err := st.ReleaseLease(ctx, sk("s"), "B"); err != nil {
 		t.Fatalf("releasing a released lease: %v", err)
 	}
 	// Released: anyone may take it, whatever the clock says.
-	must(st.AcquireLease(ctx, "s", "A", t0, ttl))(t)
+	must(st.AcquireLease(ctx, sk("s"), "A", t0, ttl))(t)
 
 	for _, bad := range []struct {
 		session, owner string
@@ -77,7 +77,7 @@ func testLeases(t *testing.T, st store.Store) {
 	}{
 		{"", "A", ttl}, {"s", "", ttl}, {"s", "A", 0}, {"s", "A", -time.Second}, {"s", "A", time.Microsecond},
 	} {
-		_, err := st.AcquireLease(ctx, bad.session, bad.owner, t0, bad.ttl)
+		_, err := st.AcquireLease(ctx, sk(bad.session), bad.owner, t0, bad.ttl)
 		wantErr(t, err, errdefs.ErrInvalid)
 	}
 }
@@ -97,7 +97,7 @@ func testLeaseRace(t *testing.T, st store.Store) {
 		for r := range racers {
 			owner := fmt.Sprintf("r%d", r)
 			wg.Go(func() {
-				_, err := st.AcquireLease(ctx, session, owner, t0, time.Minute)
+				_, err := st.AcquireLease(ctx, sk(session), owner, t0, time.Minute)
 				var le *store.LeaseError
 				switch {
 				case err == nil:
@@ -113,7 +113,7 @@ func testLeaseRace(t *testing.T, st store.Store) {
 		if len(winners) != 1 {
 			t.Fatalf("%s: winners %v, want exactly one", session, winners)
 		}
-		equal(t, "holder", must(st.GetLease(ctx, session))(t).Owner, winners[0])
+		equal(t, "holder", must(st.GetLease(ctx, sk(session)))(t).Owner, winners[0])
 	}
 }
 
@@ -123,10 +123,10 @@ func testCancelled(t *testing.T, st store.Store) {
 	cancel()
 	_, err := st.PutSession(ctx, store.Session{ID: "s", Status: store.SessionActive})
 	wantErr(t, err, context.Canceled)
-	_, err = st.GetSession(ctx, "s")
+	_, err = st.GetSession(ctx, sk("s"))
 	wantErr(t, err, context.Canceled)
-	_, err = st.AppendEvents(ctx, "s", nil)
+	_, err = st.AppendEvents(ctx, sk("s"), nil)
 	wantErr(t, err, context.Canceled)
-	_, err = st.GetSession(t.Context(), "s")
+	_, err = st.GetSession(t.Context(), sk("s"))
 	wantErr(t, err, errdefs.ErrNotFound)
 }

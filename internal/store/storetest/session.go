@@ -12,7 +12,8 @@ import (
 
 func testSessions(t *testing.T, st store.Store) {
 	ctx := t.Context()
-	_, err := st.GetSession(ctx, "s1")
+	k := store.SessionKey{ProjectID: "p1", SessionID: "s1"}
+	_, err := st.GetSession(ctx, k)
 	wantErr(t, err, errdefs.ErrNotFound)
 
 	c := startClock()
@@ -31,14 +32,17 @@ func testSessions(t *testing.T, st store.Store) {
 	want.LastTurnIndex, want.LastSeq = -1, 0
 	want.CreatedAt, want.UpdatedAt = got.CreatedAt, got.UpdatedAt
 	equal(t, "PutSession (create)", got, want)
-	equal(t, "GetSession", must(st.GetSession(ctx, "s1"))(t), want)
+	equal(t, "GetSession", must(st.GetSession(ctx, k))(t), want)
+	// The id alone, in another project, is another session.
+	_, err = st.GetSession(ctx, sk("s1"))
+	wantErr(t, err, errdefs.ErrNotFound)
 
 	// Update replaces every mutable field and keeps the store's own.
 	created := got.CreatedAt
-	must(st.BeginTurn(ctx, store.Turn{SessionID: "s1", Index: 0}))(t)
-	must(st.AppendEvents(ctx, "s1", []store.Event{{Event: wire.Event{Type: wire.EventDone}}}))(t)
+	must(st.BeginTurn(ctx, store.Turn{ProjectID: "p1", SessionID: "s1", Index: 0}))(t)
+	must(st.AppendEvents(ctx, k, []store.Event{{Event: wire.Event{Type: wire.EventDone}}}))(t)
 	tick()
-	upd := store.Session{ID: "s1", ProjectID: "p2", Harness: "codex", Status: store.SessionDeleted, LastTurnIndex: 3, LastSeq: 9}
+	upd := store.Session{ID: "s1", ProjectID: "p1", Harness: "codex", Status: store.SessionDeleted, LastTurnIndex: 3, LastSeq: 9}
 	got = must(st.PutSession(ctx, upd))(t)
 	c.stamped(t, "UpdatedAt", got.UpdatedAt)
 	if !got.UpdatedAt.After(created) {
@@ -48,7 +52,7 @@ func testSessions(t *testing.T, st store.Store) {
 	want.LastTurnIndex, want.LastSeq = 0, 1
 	want.CreatedAt, want.UpdatedAt = created, got.UpdatedAt
 	equal(t, "PutSession (update)", got, want)
-	equal(t, "GetSession (updated)", must(st.GetSession(ctx, "s1"))(t), want)
+	equal(t, "GetSession (updated)", must(st.GetSession(ctx, k))(t), want)
 
 	for _, bad := range []store.Session{
 		{Status: store.SessionActive},
@@ -58,7 +62,7 @@ func testSessions(t *testing.T, st store.Store) {
 		_, err := st.PutSession(ctx, bad)
 		wantErr(t, err, errdefs.ErrInvalid)
 	}
-	_, err = st.GetSession(ctx, "s2")
+	_, err = st.GetSession(ctx, sk("s2"))
 	wantErr(t, err, errdefs.ErrNotFound)
 }
 

@@ -28,6 +28,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"EventsConcurrent", testEventsConcurrent},
 		{"Sandboxes", testSandboxes},
 		{"Secrets", testSecrets},
+		{"Projects", testProjects},
 		{"Leases", testLeases},
 		{"LeaseRace", testLeaseRace},
 		{"Cancelled", testCancelled},
@@ -44,7 +45,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 var t0 = time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
 
 // must returns a function that fails t on err and returns v:
-// got := must(st.GetSession(ctx, id))(t).
+// got := must(st.GetSession(ctx, sk(id)))(t).
 func must[T any](v T, err error) func(t *testing.T) T {
 	return func(t *testing.T) T {
 		t.Helper()
@@ -104,3 +105,6 @@ func filter[T any](all []T, keep func(T) bool) []T {
 	}
 	return out
 }
+
+// sk is the key of the session id in the empty project.
+func sk(id string) store.SessionKey { return store.SessionKey{SessionID: id} }

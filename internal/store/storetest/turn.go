@@ -15,7 +15,7 @@ import (
 // newSession creates an active session with the given id.
 func newSession(t *testing.T, st store.Store, id string) store.Session {
 	t.Helper()
-	return must(st.PutSession(t.Context(), store.Session{ID: id, ProjectID: "p", Harness: "claude", Status: store.SessionActive}))(t)
+	return must(st.PutSession(t.Context(), store.Session{ID: id, Harness: "claude", Status: store.SessionActive}))(t)
 }
 
 func testTurns(t *testing.T, st store.Store) {
@@ -30,7 +30,7 @@ func testTurns(t *testing.T, st store.Store) {
 	wantErr(t, err, errdefs.ErrNotFound)
 
 	newSession(t, st, "s")
-	before := must(st.GetSession(ctx, "s"))(t)
+	before := must(st.GetSession(ctx, sk("s")))(t)
 	tick()
 	got := must(st.BeginTurn(ctx, in))(t)
 	want := store.Turn{
@@ -38,8 +38,8 @@ func testTurns(t *testing.T, st store.Store) {
 		SandboxProvider: "local", SandboxID: "sb0", StartedAt: t0, Owner: "r1", Status: store.TurnRunning,
 	}
 	equal(t, "BeginTurn", got, want)
-	equal(t, "GetTurn", must(st.GetTurn(ctx, "s", 0))(t), want)
-	sess := must(st.GetSession(ctx, "s"))(t)
+	equal(t, "GetTurn", must(st.GetTurn(ctx, sk("s"), 0))(t), want)
+	sess := must(st.GetSession(ctx, sk("s")))(t)
 	equal(t, "LastTurnIndex", sess.LastTurnIndex, 0)
 	if !sess.UpdatedAt.After(before.UpdatedAt) {
 		t.Fatalf("BeginTurn left the session's UpdatedAt at %v", sess.UpdatedAt)
@@ -50,25 +50,25 @@ func testTurns(t *testing.T, st store.Store) {
 
 	// Indices need not be dense; LastTurnIndex is the highest.
 	must(st.BeginTurn(ctx, store.Turn{SessionID: "s", Index: 2, StartedAt: t0.Add(2 * time.Second)}))(t)
-	equal(t, "LastTurnIndex", must(st.GetSession(ctx, "s"))(t).LastTurnIndex, 2)
+	equal(t, "LastTurnIndex", must(st.GetSession(ctx, sk("s")))(t).LastTurnIndex, 2)
 	must(st.BeginTurn(ctx, store.Turn{SessionID: "s", Index: 1, StartedAt: t0.Add(time.Second)}))(t)
-	equal(t, "LastTurnIndex", must(st.GetSession(ctx, "s"))(t).LastTurnIndex, 2)
+	equal(t, "LastTurnIndex", must(st.GetSession(ctx, sk("s")))(t).LastTurnIndex, 2)
 
 	var idx []int
-	for _, tr := range must(st.ListTurns(ctx, "s"))(t) {
+	for _, tr := range must(st.ListTurns(ctx, sk("s")))(t) {
 		idx = append(idx, tr.Index)
 	}
 	equal(t, "ListTurns indices", idx, []int{0, 1, 2})
-	equal(t, "ListTurns[0]", must(st.ListTurns(ctx, "s"))(t)[0], want)
+	equal(t, "ListTurns[0]", must(st.ListTurns(ctx, sk("s")))(t)[0], want)
 
-	_, err = st.GetTurn(ctx, "s", 3)
+	_, err = st.GetTurn(ctx, sk("s"), 3)
 	wantErr(t, err, errdefs.ErrNotFound)
-	_, err = st.GetTurn(ctx, "nope", 0)
+	_, err = st.GetTurn(ctx, sk("nope"), 0)
 	wantErr(t, err, errdefs.ErrNotFound)
-	_, err = st.ListTurns(ctx, "nope")
+	_, err = st.ListTurns(ctx, sk("nope"))
 	wantErr(t, err, errdefs.ErrNotFound)
 	newSession(t, st, "empty")
-	equal(t, "ListTurns (no turns)", len(must(st.ListTurns(ctx, "empty"))(t)), 0)
+	equal(t, "ListTurns (no turns)", len(must(st.ListTurns(ctx, sk("empty")))(t)), 0)
 
 	for _, bad := range []store.Turn{{Index: 0}, {SessionID: "s", Index: -1}} {
 		_, err := st.BeginTurn(ctx, bad)
@@ -104,14 +104,14 @@ func testEndTurn(t *testing.T, st store.Store) {
 	end.TurnID, end.Harness, end.Owner, end.StartedAt = "other", "codex", "r2", t0.Add(time.Hour)
 
 	equal(t, "EndTurn", must(st.EndTurn(ctx, end))(t), want)
-	equal(t, "GetTurn", must(st.GetTurn(ctx, "s", 0))(t), want)
+	equal(t, "GetTurn", must(st.GetTurn(ctx, sk("s"), 0))(t), want)
 
 	// The first outcome stands.
 	again := want
 	again.Status = store.TurnFailed
 	_, err := st.EndTurn(ctx, again)
 	wantErr(t, err, errdefs.ErrConflict)
-	equal(t, "GetTurn after a second EndTurn", must(st.GetTurn(ctx, "s", 0))(t), want)
+	equal(t, "GetTurn after a second EndTurn", must(st.GetTurn(ctx, sk("s"), 0))(t), want)
 
 	// A paused turn may end again.
 	p := must(st.BeginTurn(ctx, store.Turn{SessionID: "s", Index: 1, StartedAt: t0}))(t)
@@ -153,7 +153,7 @@ func testInterruptTurns(t *testing.T, st store.Store) {
 		{"a", 2, store.TurnRunning, time.Time{}},
 		{"b", 0, store.TurnInterrupted, at},
 	} {
-		tr := must(st.GetTurn(ctx, c.session, c.index))(t)
+		tr := must(st.GetTurn(ctx, sk(c.session), c.index))(t)
 		if tr.Status != c.status || !tr.EndedAt.Equal(c.ended) {
 			t.Errorf("turn %s/%d: %s ended %v, want %s ended %v", c.session, c.index, tr.Status, tr.EndedAt, c.status, c.ended)
 		}
@@ -197,7 +197,7 @@ func testBeginTurnRace(t *testing.T, st store.Store) {
 				t.Fatalf("turn %d: loser got %v, want ErrConflict", index, err)
 			}
 		}
-		equal(t, "owner of the turn", must(st.GetTurn(ctx, "s", index))(t).Owner, winner[0])
+		equal(t, "owner of the turn", must(st.GetTurn(ctx, sk("s"), index))(t).Owner, winner[0])
 	}
-	equal(t, "LastTurnIndex", must(st.GetSession(ctx, "s"))(t).LastTurnIndex, 4)
+	equal(t, "LastTurnIndex", must(st.GetSession(ctx, sk("s")))(t).LastTurnIndex, 4)
 }
