@@ -101,6 +101,7 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 	installed := &harnessStatusCache{status: func() map[string]any { return harnessStatus(cfg) }, now: time.Now}
 	h := api.New(api.Config{
 		Token:             cfg.Token,
+		ProjectTokens:     cfg.ProjectTokens,
 		Version:           version,
 		ConcurrencyLimit:  cfg.ConcurrencyLimit,
 		MaxBodyBytes:      cfg.MaxBodyBytes,

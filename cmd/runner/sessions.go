@@ -36,6 +36,7 @@ func sessions(ctx context.Context, args []string, environ []string, stdout, stde
 	fs.SetOutput(stderr)
 	base := fs.String("url", "http://"+loopbackAddr(cfg.Addr()), "base URL of the runner")
 	output := fs.String("o", "", "output: text (the default on a terminal) or json (ndjson for tail)")
+	project := fs.String("project", "", "the sessions' project (a session id is unique only within its project); none: the sessions of requests that named no project, or every project's in the list")
 	var after *int64
 	var thoughts *bool
 	if tail {
@@ -76,7 +77,7 @@ func sessions(ctx context.Context, args []string, environ []string, stdout, stde
 			return 2
 		}
 		opt := render.Options{Color: color, Thoughts: *thoughts}
-		return c.tail(ctx, fs.Arg(0), *after, mode, opt, stdout)
+		return c.tail(ctx, fs.Arg(0), *project, *after, mode, opt, stdout)
 	}
 	if fs.NArg() > 1 {
 		fmt.Fprintln(stderr, "runner sessions: at most one session id (or: runner sessions tail ID)")
@@ -85,6 +86,9 @@ func sessions(ctx context.Context, args []string, environ []string, stdout, stde
 	path := "/v1/sessions"
 	if fs.NArg() == 1 {
 		path += "/" + url.PathEscape(fs.Arg(0))
+	}
+	if *project != "" {
+		path += "?projectId=" + url.QueryEscape(*project)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -237,8 +241,11 @@ func (c sessionsClient) get(ctx context.Context, path string) ([]byte, bool) {
 }
 
 // tail follows the session's event log live until ctx ends (Ctrl-C).
-func (c sessionsClient) tail(ctx context.Context, id string, after int64, mode string, opt render.Options, stdout io.Writer) int {
+func (c sessionsClient) tail(ctx context.Context, id, project string, after int64, mode string, opt render.Options, stdout io.Writer) int {
 	path := "/v1/sessions/" + url.PathEscape(id) + "/events?follow=1"
+	if project != "" {
+		path += "&projectId=" + url.QueryEscape(project)
+	}
 	if after > 0 {
 		path += "&after=" + strconv.FormatInt(after, 10)
 	}

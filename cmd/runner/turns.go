@@ -50,7 +50,7 @@ func (l localTurns) Run(ctx context.Context, req *wire.Request, sink runner.Sink
 }
 
 func (l localTurns) Decide(ctx context.Context, req *wire.Request, iid string, approved bool, sink runner.Sink) wire.Result {
-	t, err := l.svc.Decide(ctx, req.SessionID, iid, approved)
+	t, err := l.svc.Decide(ctx, runner.KeyOf(req), iid, approved)
 	if err != nil {
 		return failedResult(req, err)
 	}
@@ -80,7 +80,11 @@ func (s serviceTurns) Run(ctx context.Context, req *wire.Request, sink runner.Si
 
 func (s serviceTurns) Decide(ctx context.Context, req *wire.Request, iid string, approved bool, sink runner.Sink) wire.Result {
 	body, _ := json.Marshal(map[string]bool{"approved": approved})
-	return s.stream(ctx, req, "/v1/sessions/"+url.PathEscape(req.SessionID)+"/interactions/"+url.PathEscape(iid), body, sink)
+	path := "/v1/sessions/" + url.PathEscape(req.SessionID) + "/interactions/" + url.PathEscape(iid)
+	if k := runner.KeyOf(req); k.ProjectID != "" {
+		path += "?projectId=" + url.QueryEscape(k.ProjectID)
+	}
+	return s.stream(ctx, req, path, body, sink)
 }
 
 func (s serviceTurns) Cancel(ctx context.Context, req *wire.Request) {

@@ -20,7 +20,7 @@ func wantsNDJSON(r *http.Request) bool {
 // the message, as the reference runner does; 401 and 413 keep their
 // statuses, and the one-shot JSON mode keeps every status.
 func refuse(w http.ResponseWriter, r *http.Request, err error) {
-	if !wantsNDJSON(r) || errors.Is(err, errdefs.ErrUnauthorized) || errors.Is(err, errdefs.ErrTooLarge) {
+	if !wantsNDJSON(r) || errors.Is(err, errdefs.ErrUnauthorized) || errors.Is(err, errdefs.ErrForbidden) || errors.Is(err, errdefs.ErrTooLarge) {
 		WriteErr(w, err)
 		return
 	}

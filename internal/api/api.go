@@ -22,12 +22,17 @@ import (
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/runner"
+	"github.com/agentrunner/runner/internal/store"
 	"github.com/agentrunner/runner/internal/wire"
 )
 
 // Config configures the handler.
 type Config struct {
-	Token            string
+	Token string
+	// ProjectTokens are per-project tokens, by project: each authenticates
+	// only the project-scoped routes (/run, /stream, /kill, /v1/sessions)
+	// for requests of its project (scope.go).
+	ProjectTokens    map[string]string
 	Version          string
 	ConcurrencyLimit int
 	MaxBodyBytes     int64
@@ -86,14 +91,14 @@ func New(cfg Config, r *runner.Service, extra ...Route) *Handler {
 	h.mux.HandleFunc("GET /health", h.health)
 	h.mux.HandleFunc("GET /ready", h.ready)
 	h.mux.Handle("GET /subscription-status", h.auth(http.HandlerFunc(h.subscription)))
-	h.mux.Handle("POST /run", h.auth(http.HandlerFunc(h.run)))
-	h.mux.Handle("POST /stream", h.auth(http.HandlerFunc(h.run)))
-	h.mux.Handle("POST /kill", h.auth(http.HandlerFunc(h.kill)))
-	h.mux.Handle("GET /v1/sessions", h.auth(http.HandlerFunc(h.listSessions)))
-	h.mux.Handle("GET /v1/sessions/{id}", h.auth(http.HandlerFunc(h.getSession)))
-	h.mux.Handle("DELETE /v1/sessions/{id}", h.auth(http.HandlerFunc(h.deleteSession)))
-	h.mux.Handle("GET /v1/sessions/{id}/events", h.auth(http.HandlerFunc(h.sessionEvents)))
-	h.mux.Handle("POST /v1/sessions/{id}/interactions/{iid}", h.auth(http.HandlerFunc(h.decide)))
+	h.mux.Handle("POST /run", h.authProject(http.HandlerFunc(h.run)))
+	h.mux.Handle("POST /stream", h.authProject(http.HandlerFunc(h.run)))
+	h.mux.Handle("POST /kill", h.authProject(http.HandlerFunc(h.kill)))
+	h.mux.Handle("GET /v1/sessions", h.authProject(http.HandlerFunc(h.listSessions)))
+	h.mux.Handle("GET /v1/sessions/{id}", h.authProject(http.HandlerFunc(h.getSession)))
+	h.mux.Handle("DELETE /v1/sessions/{id}", h.authProject(http.HandlerFunc(h.deleteSession)))
+	h.mux.Handle("GET /v1/sessions/{id}/events", h.authProject(http.HandlerFunc(h.sessionEvents)))
+	h.mux.Handle("POST /v1/sessions/{id}/interactions/{iid}", h.authProject(http.HandlerFunc(h.decide)))
 	for _, rt := range extra {
 		h.mux.Handle(rt.Pattern, h.auth(rt.Handler))
 	}
@@ -146,21 +151,35 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
+// auth admits the operator's token alone: a route outside every project.
 func (h *Handler) auth(next http.Handler) http.Handler {
+	return h.authWith(next, false)
+}
+
+// authProject admits the operator's token and the project tokens; the
+// handler confines a project token's request to its project (scope.go).
+func (h *Handler) authProject(next http.Handler) http.Handler {
+	return h.authWith(next, true)
+}
+
+func (h *Handler) authWith(next http.Handler, projects bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !h.authorized(r) {
+		c, ok := h.authenticate(r)
+		if !ok {
 			WriteError(w, http.StatusUnauthorized, "Unauthorized: send the runner token as 'Authorization: Bearer <token>' or 'X-Agenta-Runner-Token: <token>'")
 			return
 		}
-		next.ServeHTTP(w, r)
+		if c.scoped && !projects {
+			WriteErr(w, errdefs.With(errdefs.ErrForbidden, errors.New("a project token is accepted only on /run, /stream, /kill and /v1/sessions; this route takes the runner token (AGENTA_RUNNER_TOKEN)")))
+			return
+		}
+		next.ServeHTTP(w, withCaller(r, c))
 	})
 }
 
-func (h *Handler) authorized(r *http.Request) bool {
-	want := h.cfg.Token
-	if want == "" {
-		return false // fail closed
-	}
+// authenticate tells the operator's token from a project's; every token
+// is compared in constant time, and none is ever logged.
+func (h *Handler) authenticate(r *http.Request) (caller, bool) {
 	got := strings.TrimSpace(r.Header.Get("X-Agenta-Runner-Token"))
 	if got == "" {
 		a := r.Header.Get("Authorization")
@@ -168,10 +187,19 @@ func (h *Handler) authorized(r *http.Request) bool {
 			got = strings.TrimSpace(a[7:])
 		}
 	}
-	if got == "" || len(got) != len(want) {
-		return false
+	if got == "" {
+		return caller{}, false
 	}
-	return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+	if h.cfg.Token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(h.cfg.Token)) == 1 { // empty: fail closed
+		return caller{}, true
+	}
+	c, found := caller{}, false
+	for project, tok := range h.cfg.ProjectTokens {
+		if tok != "" && subtle.ConstantTimeCompare([]byte(got), []byte(tok)) == 1 {
+			c, found = caller{project: project, scoped: true}, true
+		}
+	}
+	return c, found
 }
 
 func (h *Handler) health(w http.ResponseWriter, r *http.Request) {
@@ -222,9 +250,20 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, http.StatusBadRequest, "sessionId and projectId are both required: /kill must be scoped to exactly one tenant's session")
 		return
 	}
+	c := callerOf(r)
+	if err := c.allow(pid); err != nil {
+		WriteErr(w, err)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.KillTimeout)
 	defer cancel()
-	n := h.runner.Kill(ctx, sid, pid)
+	var n int
+	if c.scoped {
+		// Only its project's session: not a turn that named no project.
+		n = h.runner.KillSession(ctx, store.SessionKey{ProjectID: pid, SessionID: sid})
+	} else {
+		n = h.runner.Kill(ctx, sid, pid)
+	}
 	h.log.Info("kill", logkey.Session, sid, logkey.Project, pid, "turns", n)
 	WriteJSON(w, http.StatusOK, map[string]any{"ok": true, "killed": n})
 }
@@ -252,6 +291,10 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request) {
 	}
 	req, err := h.history.Decode(body)
 	if err != nil {
+		refuse(w, r, err)
+		return
+	}
+	if err := callerOf(r).scopeRequest(req); err != nil {
 		refuse(w, r, err)
 		return
 	}

@@ -15,6 +15,8 @@ func statusOf(err error) int {
 	switch {
 	case errors.Is(err, errdefs.ErrUnauthorized):
 		return http.StatusUnauthorized
+	case errors.Is(err, errdefs.ErrForbidden):
+		return http.StatusForbidden
 	case errors.Is(err, errdefs.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, errdefs.ErrInvalid):

@@ -20,7 +20,12 @@ func (h *Handler) listSessions(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	list, err := h.runner.ListSessions(r.Context(), r.URL.Query().Get("projectId"), limit)
+	project, err := listScope(r)
+	if err != nil {
+		WriteErr(w, err)
+		return
+	}
+	list, err := h.runner.ListSessions(r.Context(), project, limit)
 	if err != nil {
 		WriteErr(w, err)
 		return
@@ -29,7 +34,12 @@ func (h *Handler) listSessions(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) getSession(w http.ResponseWriter, r *http.Request) {
-	v, err := h.runner.GetSession(r.Context(), r.PathValue("id"))
+	k, err := h.sessionKey(r)
+	if err != nil {
+		WriteErr(w, err)
+		return
+	}
+	v, err := h.runner.GetSession(r.Context(), k)
 	if err != nil {
 		WriteErr(w, err)
 		return
@@ -38,7 +48,12 @@ func (h *Handler) getSession(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) deleteSession(w http.ResponseWriter, r *http.Request) {
-	if err := h.runner.DeleteSession(r.Context(), r.PathValue("id")); err != nil {
+	k, err := h.sessionKey(r)
+	if err != nil {
+		WriteErr(w, err)
+		return
+	}
+	if err := h.runner.DeleteSession(r.Context(), k); err != nil {
 		WriteErr(w, err)
 		return
 	}
@@ -59,8 +74,13 @@ func (h *Handler) sessionEvents(w http.ResponseWriter, r *http.Request) {
 		after = n
 	}
 	follow := q.Get("follow") == "1" || q.Get("follow") == "true"
+	k, err := h.sessionKey(r)
+	if err != nil {
+		WriteErr(w, err)
+		return
+	}
 	// Check the session before committing to a 200 stream.
-	if _, err := h.runner.GetSession(r.Context(), r.PathValue("id")); err != nil {
+	if _, err := h.runner.GetSession(r.Context(), k); err != nil {
 		WriteErr(w, err)
 		return
 	}
@@ -69,7 +89,7 @@ func (h *Handler) sessionEvents(w http.ResponseWriter, r *http.Request) {
 	if follow {
 		stopPings = out.ping(h.cfg.PingInterval)
 	}
-	err := h.runner.Events(r.Context(), r.PathValue("id"), after, follow, func(rec wire.Record) error {
+	err = h.runner.Events(r.Context(), k, after, follow, func(rec wire.Record) error {
 		out.write(rec)
 		return out.failed()
 	})
@@ -100,7 +120,12 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request) {
 		WriteErr(w, errdefs.Invalidf("body: want {\"approved\": true|false}"))
 		return
 	}
-	turn, err := h.runner.Decide(r.Context(), r.PathValue("id"), r.PathValue("iid"), *d.Approved)
+	k, err := h.sessionKey(r)
+	if err != nil {
+		WriteErr(w, err)
+		return
+	}
+	turn, err := h.runner.Decide(r.Context(), k, r.PathValue("iid"), *d.Approved)
 	if err != nil {
 		WriteErr(w, err)
 		return

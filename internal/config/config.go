@@ -17,9 +17,12 @@ import (
 
 // Config is the whole runner configuration.
 type Config struct {
-	Host             string
-	Port             int
-	Token            string
+	Host  string
+	Port  int
+	Token string
+	// ProjectTokens are per-project tokens (AGENTA_RUNNER_PROJECT_TOKENS),
+	// by project: each is accepted only for requests naming its project.
+	ProjectTokens    map[string]string
 	ConcurrencyLimit int
 	MaxBodyBytes     int64
 	// HistoryCacheBytes bounds the decoded histories kept between turns
@@ -274,6 +277,7 @@ func Load(environ []string) (Config, []string, error) {
 	}
 
 	c.Harnesses = harnesses(environ, l)
+	c.ProjectTokens = projectTokens(l, c.Token)
 	return c, l.warnings, errors.Join(l.errs...)
 }
 

@@ -22,6 +22,8 @@ var (
 	ErrTooLarge = errors.New("too large")
 	// ErrUnauthorized: missing or wrong credentials (401).
 	ErrUnauthorized = errors.New("unauthorized")
+	// ErrForbidden: valid credentials that do not cover the request (403).
+	ErrForbidden = errors.New("forbidden")
 )
 
 // classed is an error that carries a class for errors.Is without changing

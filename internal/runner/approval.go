@@ -95,7 +95,7 @@ func (t *turn) permission(ctx context.Context, req agent.PermissionRequest) agen
 		audit("denied", by)
 		return agent.Decision{Allow: false, Reason: by}
 	}
-	if t.key == "" || t.lv == nil {
+	if t.key.SessionID == "" || t.lv == nil {
 		t.emitDenied(req, "needs a person's approval, but a run without a sessionId cannot pause for it; nothing ran")
 		audit("denied", "runner")
 		return agent.Decision{Allow: false, Reason: "approval unavailable"}
@@ -203,12 +203,11 @@ func approvalFrame(history []wire.Message, approvals map[string]bool) string {
 // the turn that continues it: warm on the same harness when it is still
 // parked, cold with the decision replayed otherwise. An unknown
 // interaction is ErrNotFound; one already answered is ErrConflict.
-func (s *Service) Decide(ctx context.Context, sessionID, interactionID string, approved bool) (*Turn, error) {
-	sess, err := s.store.GetSession(ctx, sessionID)
-	if err != nil {
-		return nil, fmt.Errorf("session %s: %w", sessionID, err)
+func (s *Service) Decide(ctx context.Context, k store.SessionKey, interactionID string, approved bool) (*Turn, error) {
+	if _, err := s.store.GetSession(ctx, k); err != nil {
+		return nil, fmt.Errorf("session %s: %w", k, err)
 	}
-	pending, answered, err := s.interactions(ctx, sess.ID)
+	pending, answered, err := s.interactions(ctx, k)
 	if err != nil {
 		return nil, err
 	}
@@ -222,10 +221,10 @@ func (s *Service) Decide(ctx context.Context, sessionID, interactionID string, a
 		}
 	}
 	if g == nil {
-		return nil, errdefs.With(errdefs.ErrNotFound, fmt.Errorf("no pending interaction %s in session %s", interactionID, sessionID))
+		return nil, errdefs.With(errdefs.ErrNotFound, fmt.Errorf("no pending interaction %s in session %s", interactionID, k))
 	}
 	s.mu.Lock()
-	last := s.paused[sessionID]
+	last := s.paused[k]
 	s.mu.Unlock()
 	if last == nil {
 		return nil, errdefs.With(errdefs.ErrConflict, fmt.Errorf("interaction %s: this runner no longer holds the paused turn's configuration (it restarted); send the decision as the next /run whose last message is a tool_result {\"approved\": %v} for toolCallId %q", interactionID, approved, g.ToolCallID))
@@ -242,8 +241,8 @@ func (s *Service) Decide(ctx context.Context, sessionID, interactionID string, a
 
 // interactions reads the session log: approval requests still waiting,
 // and the ids already answered.
-func (s *Service) interactions(ctx context.Context, sessionID string) ([]gate, map[string]bool, error) {
-	evs, err := s.store.ReadEvents(ctx, sessionID, 0, 0)
+func (s *Service) interactions(ctx context.Context, k store.SessionKey) ([]gate, map[string]bool, error) {
+	evs, err := s.store.ReadEvents(ctx, k, 0, 0)
 	if err != nil {
 		return nil, nil, err
 	}

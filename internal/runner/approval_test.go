@@ -65,7 +65,7 @@ func TestApproveViaRunTailContinuesTheSameHarness(t *testing.T) {
 	if e.svc.Warm() != 1 {
 		t.Fatal("paused session not kept warm")
 	}
-	v, _ := e.svc.GetSession(t.Context(), "s")
+	v, _ := e.svc.GetSession(t.Context(), sk("s"))
 	if len(v.Interactions) != 1 {
 		t.Fatalf("pending interactions %+v", v.Interactions)
 	}
@@ -85,7 +85,7 @@ func TestApproveViaRunTailContinuesTheSameHarness(t *testing.T) {
 	if !responded {
 		t.Error("no interaction_response event")
 	}
-	v, _ = e.svc.GetSession(t.Context(), "s")
+	v, _ = e.svc.GetSession(t.Context(), sk("s"))
 	if len(v.Interactions) != 0 {
 		t.Errorf("still pending after approval: %+v", v.Interactions)
 	}
@@ -112,7 +112,7 @@ func TestRejectViaRunTail(t *testing.T) {
 func TestApproveViaV1(t *testing.T) {
 	e := newEnv(t)
 	first, iid, _ := paused(t, e, "s")
-	turn, err := e.svc.Decide(t.Context(), "s", iid, true)
+	turn, err := e.svc.Decide(t.Context(), sk("s"), iid, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,10 +122,10 @@ func TestApproveViaV1(t *testing.T) {
 	}
 	_ = first
 	// A second decision on the same interaction changes nothing.
-	if _, err := e.svc.Decide(t.Context(), "s", iid, false); !errors.Is(err, errdefs.ErrConflict) {
+	if _, err := e.svc.Decide(t.Context(), sk("s"), iid, false); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("double decision: %v", err)
 	}
-	if _, err := e.svc.Decide(t.Context(), "s", "int_unknown", true); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := e.svc.Decide(t.Context(), sk("s"), "int_unknown", true); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("unknown interaction: %v", err)
 	}
 }
@@ -139,7 +139,7 @@ func TestApproveAfterTheTTLResumesCold(t *testing.T) {
 	}
 	e.clock.Advance(2 * time.Minute)
 	waitFor(t, func() bool { return e.svc.Warm() == 0 })
-	turn, err := e.svc.Decide(t.Context(), "s", iid, true)
+	turn, err := e.svc.Decide(t.Context(), sk("s"), iid, true)
 	if err != nil {
 		t.Fatal(err)
 	}

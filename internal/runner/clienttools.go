@@ -100,7 +100,7 @@ func (t *turn) clientCall(ctx context.Context, c tools.Call) (string, error) {
 	if out, ok := t.plan.clientResults.lookup(c); ok {
 		return out, nil
 	}
-	if t.key == "" {
+	if t.key.SessionID == "" {
 		return "", fmt.Errorf("tool %s is fulfilled by the user's browser, and a run without a sessionId cannot pause for it", c.Tool)
 	}
 	var render json.RawMessage

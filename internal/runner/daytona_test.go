@@ -160,7 +160,7 @@ func TestDaytonaLadder(t *testing.T) {
 		t.Errorf("reloaded session lost the first turn: %q", resumed.res.Output)
 	}
 	// Gone: a fresh sandbox, history replayed.
-	sess, _ := e.st.GetSession(t.Context(), "s")
+	sess, _ := e.st.GetSession(t.Context(), sk("s"))
 	e.svc.Kill(t.Context(), "s", "p") // release the warm one (kill deletes)
 	if fake.Count(routeDelete) != 1 {
 		t.Fatalf("kill must delete: deletes %d", fake.Count(routeDelete))

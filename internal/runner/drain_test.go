@@ -63,7 +63,7 @@ func TestRollingRestartOnPostgres(t *testing.T) {
 	if !next.res.OK || !strings.Contains(next.res.Output, "swordfish") {
 		t.Fatalf("replica b after the restart: mode %q output %q", next.mode, next.res.Output)
 	}
-	turns, err := sb.ListTurns(t.Context(), "s")
+	turns, err := sb.ListTurns(t.Context(), sk("s"))
 	if err != nil || len(turns) != 3 || turns[1].Owner != "replica-a" || turns[2].Owner != "replica-b" {
 		t.Fatalf("ledger %+v %v", turns, err)
 	}

@@ -103,7 +103,7 @@ func (t *turn) workspaceTarget() workspace.Target {
 // sandbox (cold turns), before anything else is written there.
 func (t *turn) acquireWorkspace(ctx context.Context, lv *live) (err error) {
 	res := t.svc.cfg.Workspaces
-	if res == nil || t.key == "" || t.svc.cfg.Workdir != "" {
+	if res == nil || t.key.SessionID == "" || t.svc.cfg.Workdir != "" {
 		// A person's own directory (runner run -workdir) is its own
 		// durable state: never restored over, linked into or synced.
 		return nil

@@ -252,7 +252,7 @@ func TestDaytonaWorkspaceSurvivesDeletedSandbox(t *testing.T) {
 	if watches == 0 {
 		t.Error("the workspace was not checkpointed through sandboxd's tree watch")
 	}
-	sess, _ := e.st.GetSession(t.Context(), "s")
+	sess, _ := e.st.GetSession(t.Context(), sk("s"))
 	e.svc.Kill(t.Context(), "s", "p")
 	fake.Remove(sess.SandboxID)
 	if _, ok := fake.Sandbox(sess.SandboxID); ok {
@@ -278,7 +278,7 @@ func TestDeleteSessionRemovesItsWorkspace(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(storeDir, "sessions/p/s/a.txt")); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.svc.DeleteSession(t.Context(), "s"); err != nil {
+	if err := e.svc.DeleteSession(t.Context(), sk("s")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(storeDir, "sessions/p/s")); !os.IsNotExist(err) {

@@ -25,13 +25,13 @@ import (
 // outcome, in one transaction by the turn itself. Followers lose nothing
 // meanwhile: the hub hands them what is published but not committed.
 type eventLog struct {
-	st        ledger
-	sessionID string
-	log       *slog.Logger
-	delay     time.Duration   // before the drainer starts
-	begun     chan struct{}   // closed once begin is committed (or failed)
-	drainer   sync.WaitGroup  // the drainer running now, if any
-	saved     func(seq int64) // told the last sequence number of each commit
+	st      ledger
+	session store.SessionKey
+	log     *slog.Logger
+	delay   time.Duration   // before the drainer starts
+	begun   chan struct{}   // closed once begin is committed (or failed)
+	drainer sync.WaitGroup  // the drainer running now, if any
+	saved   func(seq int64) // told the last sequence number of each commit
 
 	// mu guards the following.
 	mu       sync.Mutex
@@ -67,8 +67,8 @@ const (
 // newEventLog opens the turn's log. With begin set (the store must be a
 // store.TurnWriter), the turn is begun in the first batch's transaction,
 // beside the harness, instead of in a commit of its own before it.
-func newEventLog(st ledger, sessionID string, log *slog.Logger, begin *store.Turn, delay time.Duration) *eventLog {
-	l := &eventLog{st: st, sessionID: sessionID, log: log, delay: delay, begun: make(chan struct{}), begin: begin}
+func newEventLog(st ledger, session store.SessionKey, log *slog.Logger, begin *store.Turn, delay time.Duration) *eventLog {
+	l := &eventLog{st: st, session: session, log: log, delay: delay, begun: make(chan struct{}), begin: begin}
 	if begin == nil {
 		close(l.begun)
 	}
@@ -192,7 +192,7 @@ func (l *eventLog) commit(ctx context.Context, batch []store.Event, begin, end *
 		return last, err
 	}
 	if end == nil {
-		return l.st.AppendEvents(ctx, l.sessionID, batch)
+		return l.st.AppendEvents(ctx, l.session, batch)
 	}
 	if tw, ok := l.st.(store.TurnWriter); ok {
 		_, last, err := tw.EndTurnWithEvents(ctx, *end, batch)
@@ -200,7 +200,7 @@ func (l *eventLog) commit(ctx context.Context, batch []store.Event, begin, end *
 	}
 	_, err := l.st.EndTurn(ctx, *end)
 	_ = l.ended(err) // the events are appended whatever the outcome's fate
-	return l.st.AppendEvents(ctx, l.sessionID, batch)
+	return l.st.AppendEvents(ctx, l.session, batch)
 }
 
 // ended records err, the outcome's write error, and returns the log's:
@@ -296,7 +296,7 @@ func (t *turn) finish(done wire.Event, end *store.Turn) error {
 // follower with its subscription.
 type hub struct {
 	parent *hubs
-	id     string
+	id     store.SessionKey
 	users  int // followers and running turns holding it; parent.mu guards it
 
 	// mu guards the following.
@@ -316,20 +316,20 @@ const maxUnsaved = 4096
 // does not grow with every session ever seen.
 type hubs struct {
 	mu sync.Mutex
-	m  map[string]*hub
+	m  map[store.SessionKey]*hub
 }
 
 // acquire returns the session's hub, held until release.
-func (h *hubs) acquire(sessionID string) *hub {
+func (h *hubs) acquire(k store.SessionKey) *hub {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.m == nil {
-		h.m = map[string]*hub{}
+		h.m = map[store.SessionKey]*hub{}
 	}
-	x, ok := h.m[sessionID]
+	x, ok := h.m[k]
 	if !ok {
-		x = &hub{parent: h, id: sessionID, subs: map[chan wire.Record]struct{}{}}
-		h.m[sessionID] = x
+		x = &hub{parent: h, id: k, subs: map[chan wire.Record]struct{}{}}
+		h.m[k] = x
 	}
 	x.users++
 	return x

@@ -5,6 +5,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/agentrunner/runner/internal/store"
 	"github.com/agentrunner/runner/internal/wire"
 )
 
@@ -13,7 +14,7 @@ import (
 // reads from the log, so the hub lets them go.
 func TestHubHandsUncommittedEventsToNewFollowers(t *testing.T) {
 	var h hubs
-	x := h.acquire("s")
+	x := h.acquire(store.SessionKey{SessionID: "s"})
 	for seq := int64(1); seq <= 3; seq++ {
 		x.publish(rec(seq))
 	}
@@ -61,7 +62,7 @@ func span(from, to int64) []int64 {
 // prefix wherever the ring's head is.
 func TestHubUnsavedRingKeepsTheNewestInOrder(t *testing.T) {
 	var h hubs
-	x := h.acquire("s")
+	x := h.acquire(store.SessionKey{SessionID: "s"})
 	defer x.release()
 	const n = maxUnsaved + 1500
 	for seq := int64(1); seq <= n; seq++ {
@@ -92,7 +93,7 @@ func TestHubUnsavedRingKeepsTheNewestInOrder(t *testing.T) {
 // A few records cost a few slots, not the bound.
 func TestHubUnsavedRingGrowsOnDemand(t *testing.T) {
 	var h hubs
-	x := h.acquire("s")
+	x := h.acquire(store.SessionKey{SessionID: "s"})
 	defer x.release()
 	for seq := int64(1); seq <= 20; seq++ {
 		x.publish(rec(seq))
@@ -113,8 +114,8 @@ func TestHubUnsavedRingGrowsOnDemand(t *testing.T) {
 // that still keeps records waits for their commit.
 func TestHubsPruneIdleHubs(t *testing.T) {
 	var h hubs
-	turn := h.acquire("s")
-	follower := h.acquire("s")
+	turn := h.acquire(store.SessionKey{SessionID: "s"})
+	follower := h.acquire(store.SessionKey{SessionID: "s"})
 	if turn != follower {
 		t.Fatal("two hubs for one session")
 	}
@@ -129,7 +130,7 @@ func TestHubsPruneIdleHubs(t *testing.T) {
 		t.Fatalf("%d hubs after the last commit, want 0", len(h.m))
 	}
 	// A committed hub that someone still holds stays.
-	x := h.acquire("t")
+	x := h.acquire(store.SessionKey{SessionID: "t"})
 	x.publish(rec(1))
 	x.committed(1)
 	if len(h.m) != 1 {

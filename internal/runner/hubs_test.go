@@ -19,7 +19,7 @@ func TestHubsDoNotOutliveTheirTurnsAndFollowers(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	// A follower of the log: it stops once it has the backlog.
-	err := e.svc.Events(ctx, "s1", 0, true, func(wire.Record) error { cancel(); return nil })
+	err := e.svc.Events(ctx, sk("s1"), 0, true, func(wire.Record) error { cancel(); return nil })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -122,10 +122,10 @@ func (t *turn) observe(ctx context.Context) {
 // spared is TurnBegin.Spare: read from the session log, only for a turn
 // that answers approvals.
 func (t *turn) spared(ctx context.Context) []string {
-	if t.key == "" || len(t.plan.approvals) == 0 {
+	if t.key.SessionID == "" || len(t.plan.approvals) == 0 {
 		return nil
 	}
-	pending, _, err := t.svc.interactions(ctx, t.plan.req.SessionID)
+	pending, _, err := t.svc.interactions(ctx, t.key)
 	if err != nil {
 		return nil
 	}

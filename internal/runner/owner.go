@@ -28,13 +28,13 @@ type OwnerClaimer interface {
 // its lease (claim). A warm session is this replica's: its turns skip the
 // claim here and the observers send it off the turn's path.
 func (s *Service) claimOwner(ctx context.Context, t *turn) error {
-	if t.key == "" || !s.sharesHost(t.plan.provider) {
+	if t.key.SessionID == "" || !s.sharesHost(t.plan.provider) {
 		return nil
 	}
 	if rl, ok := s.store.(store.ReplicaLocal); !ok || !rl.ReplicaLocal() {
 		return nil
 	}
-	if pl := s.pools[t.plan.provider]; pl != nil && pl.Has(t.key) {
+	if pl := s.pools[t.plan.provider]; pl != nil && pl.Has(poolKey(t.key)) {
 		return nil
 	}
 	for _, o := range s.cfg.Observers {

@@ -61,7 +61,7 @@ func TestOwnerClaim(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "replica replica-b") {
 		t.Fatalf("cold turn of a session replica-b owns: %v", err)
 	}
-	if turns, err := e.st.ListTurns(t.Context(), "s2"); err == nil && len(turns) > 0 {
+	if turns, err := e.st.ListTurns(t.Context(), sk("s2")); err == nil && len(turns) > 0 {
 		t.Errorf("the refused turn is in the ledger: %+v", turns)
 	}
 	o.set("replica-a") // newEnv's replica

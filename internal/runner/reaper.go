@@ -217,7 +217,7 @@ func ownedBy(ctx context.Context, st store.Store, rec store.Sandbox) bool {
 	if rec.SessionID == "" {
 		return true // a session-less turn's, destroyed when the turn ends
 	}
-	sess, err := st.GetSession(ctx, rec.SessionID)
+	sess, err := st.GetSession(ctx, rec.SessionKey())
 	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return true // unknown: keep it, the next pass asks again
 	}

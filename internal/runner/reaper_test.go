@@ -36,7 +36,7 @@ func (e *remoteEnv) parked(t *testing.T, id string) string {
 	e.turn(t, req{session: id, messages: []string{"say hi"}}.wire())
 	e.clock.Advance(3 * time.Minute)
 	waitFor(t, func() bool { return e.fake.Count(routeStop) == stops+1 })
-	sess, err := e.st.GetSession(t.Context(), id)
+	sess, err := e.st.GetSession(t.Context(), sk(id))
 	if err != nil || sess.SandboxID == "" {
 		t.Fatalf("session %s: %+v %v", id, sess, err)
 	}
@@ -100,7 +100,7 @@ func TestReaperRemovesDeletedSessionsSandbox(t *testing.T) {
 	fake := daytonatest.New(t, daytonatest.Options{})
 	e := newRemoteEnv(t, fake, nil)
 	id := e.parked(t, "s")
-	if err := e.svc.DeleteSession(t.Context(), "s"); err != nil {
+	if err := e.svc.DeleteSession(t.Context(), sk("s")); err != nil {
 		t.Fatal(err)
 	}
 	if gone(fake, id) {
@@ -122,7 +122,7 @@ func TestReaperLoop(t *testing.T) {
 	fake := daytonatest.New(t, daytonatest.Options{})
 	e := newRemoteEnv(t, fake, nil)
 	id := e.parked(t, "s")
-	if err := e.svc.DeleteSession(t.Context(), "s"); err != nil {
+	if err := e.svc.DeleteSession(t.Context(), sk("s")); err != nil {
 		t.Fatal(err)
 	}
 	r := e.svc.Reaper(10 * time.Minute)

@@ -23,11 +23,11 @@ import (
 // nothing to reopen or the sandbox is gone; then the turn creates one.
 func (t *turn) reopen(ctx context.Context, prov sandbox.Provider, spec sandbox.Spec) (sandbox.Sandbox, bool) {
 	o, ok := prov.(sandbox.Opener)
-	if !ok || t.key == "" {
+	if !ok || t.key.SessionID == "" {
 		return nil, false
 	}
 	st := t.svc.store
-	sess, err := st.GetSession(ctx, t.plan.req.SessionID)
+	sess, err := st.GetSession(ctx, t.key)
 	if err != nil || sess.SandboxProvider != prov.Name() || sess.SandboxID == "" {
 		return nil, false
 	}

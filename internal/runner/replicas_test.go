@@ -62,7 +62,7 @@ func TestTwoReplicasOneSession(t *testing.T) {
 	if next.mode != "replay" || !strings.Contains(next.res.Output, "swordfish") {
 		t.Fatalf("other replica after release: mode %q output %q", next.mode, next.res.Output)
 	}
-	turns, err := sb.ListTurns(t.Context(), "s")
+	turns, err := sb.ListTurns(t.Context(), sk("s"))
 	if err != nil || len(turns) != 2 || turns[0].Owner != "replica-a" || turns[1].Owner != "replica-b" {
 		t.Fatalf("ledger %+v %v", turns, err)
 	}

@@ -342,7 +342,7 @@ func TestLedgerAndEventLog(t *testing.T) {
 	e := newEnv(t)
 	first := e.turn(t, req{session: "s", messages: []string{"say one"}})
 	second := e.turn(t, req{session: "s", messages: []string{"say one", "one", "say two\nusage 2 3"}})
-	v, err := e.svc.GetSession(t.Context(), "s")
+	v, err := e.svc.GetSession(t.Context(), sk("s"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +359,7 @@ func TestLedgerAndEventLog(t *testing.T) {
 	// Resume from a cursor: everything after it, nothing before.
 	cursor := first.seqs[len(first.seqs)-1]
 	var got []wire.Record
-	if err := e.svc.Events(t.Context(), "s", cursor, false, func(r wire.Record) error { got = append(got, r); return nil }); err != nil {
+	if err := e.svc.Events(t.Context(), sk("s"), cursor, false, func(r wire.Record) error { got = append(got, r); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if len(got) == 0 || got[0].Seq != cursor+1 {
@@ -397,7 +397,7 @@ func TestConcurrentTurnOnOneSessionIsRefused(t *testing.T) {
 
 func TestOtherReplicaHoldsTheLease(t *testing.T) {
 	e := newEnv(t)
-	if _, err := e.st.AcquireLease(t.Context(), "s", "replica-b", time.Now(), time.Hour); err != nil {
+	if _, err := e.st.AcquireLease(t.Context(), sk("s"), "replica-b", time.Now(), time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	_, err := e.svc.Run(t.Context(), req{session: "s", messages: []string{"hi"}}.wire(), nil)
@@ -409,7 +409,7 @@ func TestOtherReplicaHoldsTheLease(t *testing.T) {
 func TestDeleteSession(t *testing.T) {
 	e := newEnv(t)
 	e.turn(t, req{session: "s", messages: []string{"hi"}})
-	if err := e.svc.DeleteSession(t.Context(), "s"); err != nil {
+	if err := e.svc.DeleteSession(t.Context(), sk("s")); err != nil {
 		t.Fatal(err)
 	}
 	if e.svc.Warm() != 0 {
@@ -427,14 +427,14 @@ func TestRecoverMarksInterruptedTurns(t *testing.T) {
 	if _, err := e.st.PutSession(ctx, store.Session{ID: "s", ProjectID: "p", Status: store.SessionActive}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.st.BeginTurn(ctx, store.Turn{SessionID: "s", Index: 0, Owner: "replica-a", StartedAt: time.Now()}); err != nil {
+	if _, err := e.st.BeginTurn(ctx, store.Turn{ProjectID: "p", SessionID: "s", Index: 0, Owner: "replica-a", StartedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	n, err := e.svc.Recover(ctx)
 	if err != nil || n != 1 {
 		t.Fatalf("recover: %d %v", n, err)
 	}
-	tr, _ := e.st.GetTurn(ctx, "s", 0)
+	tr, _ := e.st.GetTurn(ctx, sk("s"), 0)
 	if tr.Status != store.TurnInterrupted {
 		t.Fatalf("status %q", tr.Status)
 	}
@@ -509,3 +509,7 @@ func TestRunLimits(t *testing.T) {
 		t.Fatalf("%+v %v", res, err)
 	}
 }
+
+// sk is the key of the session id in project p, the project of the
+// tests' requests.
+func sk(id string) store.SessionKey { return store.SessionKey{ProjectID: "p", SessionID: id} }

@@ -24,7 +24,7 @@ func BenchmarkDaytonaVanishedWarmTurn(b *testing.B) {
 		if err != nil || !first.OK {
 			b.Fatalf("warm-up turn: %+v %v", first, err)
 		}
-		sess, err := e.st.GetSession(b.Context(), s)
+		sess, err := e.st.GetSession(b.Context(), sk(s))
 		if err != nil {
 			b.Fatal(err)
 		}

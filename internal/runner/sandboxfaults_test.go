@@ -39,7 +39,7 @@ func TestDaytonaResumeFromStoppedKillsNoStranger(t *testing.T) {
 	if !strings.Contains(resumed.res.Output, "read ok: before-the-stop") || !strings.Contains(resumed.res.Output, "remember otter") {
 		t.Errorf("resumed turn lost the files or the session: %q", resumed.res.Output)
 	}
-	sess, err := e.st.GetSession(t.Context(), "s")
+	sess, err := e.st.GetSession(t.Context(), sk("s"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestDaytonaResumeFromStoppedKillsNoStranger(t *testing.T) {
 
 func sandboxOf(t *testing.T, e *remoteEnv, session string) string {
 	t.Helper()
-	sess, err := e.st.GetSession(t.Context(), session)
+	sess, err := e.st.GetSession(t.Context(), sk(session))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -141,17 +141,17 @@ type Service struct {
 	// mu guards the following.
 	mu       sync.Mutex
 	inflight map[*turn]struct{}
-	busy     map[string]*turn // session key -> its running turn
+	busy     map[store.SessionKey]*turn // session -> its running turn
 	closing  bool
 	draining bool // Drain began: no new turns, the running ones finish
 	// held caches, per session this replica holds the lease of, when the
 	// lease ends and the session record as its last turn left it: while
 	// the lease holds nobody else writes the session, so a warm turn needs
 	// neither a lease write nor a session read.
-	held map[string]heldSession
+	held map[store.SessionKey]heldSession
 	// paused holds, per session, the request of its last paused turn, so
 	// a decision arriving through /v1 can resume it (warm or cold).
-	paused map[string]*wire.Request
+	paused map[store.SessionKey]*wire.Request
 }
 
 type harness struct {
@@ -202,7 +202,7 @@ func New(cfg Config, providers []sandbox.Provider, driver agent.Driver, st store
 	s := &Service{
 		cfg: cfg, providers: map[string]sandbox.Provider{}, harnesses: map[string]harness{},
 		driver: driver, store: st, log: cfg.Logger,
-		inflight: map[*turn]struct{}{}, busy: map[string]*turn{}, paused: map[string]*wire.Request{}, held: map[string]heldSession{},
+		inflight: map[*turn]struct{}{}, busy: map[store.SessionKey]*turn{}, paused: map[store.SessionKey]*wire.Request{}, held: map[store.SessionKey]heldSession{},
 		health: storeHealth{wake: make(chan struct{}, 1), pending: map[turnRef]store.Turn{}},
 	}
 	s.pools = map[string]*pool.Pool{}
@@ -266,7 +266,7 @@ func (s *Service) Recover(ctx context.Context) (int, error) {
 func (s *Service) reap(ctx context.Context, p sandbox.Provider, rec store.Sandbox) {
 	log := s.log.With(logkey.Sandbox, rec.ID, logkey.Provider, rec.Provider)
 	if r, ok := p.(sandbox.Remover); ok {
-		sess, err := s.store.GetSession(ctx, rec.SessionID)
+		sess, err := s.store.GetSession(ctx, rec.SessionKey())
 		if err == nil && sess.Status == store.SessionActive && sess.SandboxID == rec.ID {
 			if rec.State == store.SandboxRunning {
 				rec.State = store.SandboxPaused // reopenable; its harness must restart
@@ -321,9 +321,7 @@ func (s *Service) Start(ctx context.Context, req *wire.Request) (*Turn, error) {
 	}
 	t := &turn{svc: s, plan: p, done: make(chan struct{}), index: -1, obs: turnObs{start: time.Now()},
 		log: s.log.With(logkey.Session, req.SessionID, logkey.Turn, req.TurnID, logkey.Harness, p.harness.spec.Name, logkey.Provider, p.provider)}
-	if req.SessionID != "" {
-		t.key = projectOf(req) + ":" + req.SessionID
-	}
+	t.key = KeyOf(req)
 	if err := s.claim(ctx, t); err != nil {
 		return nil, err
 	}
@@ -361,7 +359,7 @@ func (s *Service) run(ctx context.Context, t *turn, sink Sink) (wire.Result, err
 	start := time.Now()
 	req := t.plan.req
 	res := wire.Result{SessionID: req.SessionID, TurnID: req.TurnID, Model: req.Model, Messages: []wire.OutMessage{}, Events: []wire.Event{}}
-	if t.key != "" {
+	if t.key.SessionID != "" {
 		ctx = context.WithoutCancel(ctx)
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -444,7 +442,7 @@ func (s *Service) claim(ctx context.Context, t *turn) error {
 		s.mu.Unlock()
 		return errDraining
 	}
-	if t.key != "" {
+	if t.key.SessionID != "" {
 		if other, ok := s.busy[t.key]; ok {
 			s.mu.Unlock()
 			return errdefs.With(errdefs.ErrConflict, fmt.Errorf("session %s already has a turn in flight (turn %s); wait for its result, or POST /kill to stop it", t.plan.req.SessionID, other.plan.req.TurnID))
@@ -452,22 +450,22 @@ func (s *Service) claim(ctx context.Context, t *turn) error {
 		s.busy[t.key] = t
 	}
 	s.mu.Unlock()
-	if t.key == "" {
+	if t.key.SessionID == "" {
 		return nil
 	}
 	now := time.Now()
-	if h, ok := s.heldLease(t.plan.req.SessionID); ok && h.until.After(now.Add(s.cfg.LeaseTTL/2)) {
+	if h, ok := s.heldLease(t.key); ok && h.until.After(now.Add(s.cfg.LeaseTTL/2)) {
 		t.leaseUntil = h.until
 		t.cached = h.session
 		return nil
 	}
-	if _, err := s.store.AcquireLease(ctx, t.plan.req.SessionID, s.cfg.ReplicaID, now, s.cfg.LeaseTTL); err != nil {
+	if _, err := s.store.AcquireLease(ctx, t.key, s.cfg.ReplicaID, now, s.cfg.LeaseTTL); err != nil {
 		s.unclaim(t)
 		var le *store.LeaseError
 		if errors.As(err, &le) {
-			return errdefs.With(errdefs.ErrConflict, fmt.Errorf("session %s is running on replica %s until %s; retry after that or send the turn to that replica", le.SessionID, le.Owner, le.Expires.UTC().Format(time.RFC3339)))
+			return errdefs.With(errdefs.ErrConflict, fmt.Errorf("session %s is running on replica %s until %s; retry after that or send the turn to that replica", t.key, le.Owner, le.Expires.UTC().Format(time.RFC3339)))
 		}
-		return s.storeFailed("did not lease session "+t.plan.req.SessionID, err)
+		return s.storeFailed("did not lease session "+t.key.String(), err)
 	}
 	t.leaseUntil = now.Add(s.cfg.LeaseTTL)
 	return nil
@@ -479,29 +477,29 @@ type heldSession struct {
 	session *store.Session // nil when unknown
 }
 
-func (s *Service) heldLease(id string) (heldSession, bool) {
+func (s *Service) heldLease(k store.SessionKey) (heldSession, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	h, ok := s.held[id]
+	h, ok := s.held[k]
 	return h, ok
 }
 
 // hold records this replica's lease on a session (until) and, when known,
 // the session record as it now stands.
-func (s *Service) hold(id string, until time.Time, sess *store.Session) {
+func (s *Service) hold(k store.SessionKey, until time.Time, sess *store.Session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.held[id] = heldSession{until: until, session: sess}
+	s.held[k] = heldSession{until: until, session: sess}
 }
 
-func (s *Service) forgetHold(id string) {
+func (s *Service) forgetHold(k store.SessionKey) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.held, id)
+	delete(s.held, k)
 }
 
 func (s *Service) unclaim(t *turn) {
-	if t.key == "" {
+	if t.key.SessionID == "" {
 		return
 	}
 	s.mu.Lock()
@@ -547,19 +545,28 @@ func stoppedFromOutside(err error) bool {
 // one on a run) matches by session id, unless the platform told us its
 // project and that is another one.
 func (s *Service) Kill(ctx context.Context, sessionID, projectID string) int {
-	key := projectID + ":" + sessionID
+	key := store.SessionKey{ProjectID: projectID, SessionID: sessionID}
+	bare := store.SessionKey{SessionID: sessionID}
 	n := s.stopTurns(ctx, errKilled, func(t *turn) bool {
 		if t.key == key {
 			return true
 		}
-		return t.key == ":"+sessionID && (t.project == "" || t.project == projectID)
+		return t.key == bare && (t.project == "" || t.project == projectID)
 	})
 	s.evict(key, pool.ReasonKill)
-	s.evict(":"+sessionID, pool.ReasonKill)
+	s.evict(bare, pool.ReasonKill)
 	return n
 }
 
-func (s *Service) stopSession(ctx context.Context, key string, cause error) int {
+// KillSession cancels the in-flight turn of exactly session k (no turn
+// that named no project), releases its warm harness and waits, as Kill.
+func (s *Service) KillSession(ctx context.Context, k store.SessionKey) int {
+	n := s.stopSession(ctx, k, errKilled)
+	s.evict(k, pool.ReasonKill)
+	return n
+}
+
+func (s *Service) stopSession(ctx context.Context, key store.SessionKey, cause error) int {
 	return s.stopTurns(ctx, cause, func(t *turn) bool { return t.key == key })
 }
 
@@ -630,16 +637,16 @@ func (s *Service) Warm() int {
 }
 
 // evict releases the session's warm harness, whichever provider holds it.
-func (s *Service) evict(key, reason string) {
+func (s *Service) evict(k store.SessionKey, reason string) {
 	for _, p := range s.pools {
-		p.Evict(key, reason)
+		p.Evict(poolKey(k), reason)
 	}
 }
 
-// warmKey reports whether the session key is parked in any pool.
-func (s *Service) warmKey(key string) bool {
+// warmKey reports whether the session is parked in any pool.
+func (s *Service) warmKey(k store.SessionKey) bool {
 	for _, p := range s.pools {
-		if p.Has(key) {
+		if p.Has(poolKey(k)) {
 			return true
 		}
 	}

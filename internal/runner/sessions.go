@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/agentrunner/runner/internal/errdefs"
@@ -54,13 +56,13 @@ func (s *Service) view(sess store.Session) SessionView {
 		SandboxProvider: sess.SandboxProvider, SandboxID: sess.SandboxID, AgentSessionID: sess.AgentSessionID,
 		LastTurnIndex: sess.LastTurnIndex, LastSeq: sess.LastSeq, CreatedAt: sess.CreatedAt, UpdatedAt: sess.UpdatedAt,
 		Interactions: []gate{}}
-	key := sess.ProjectID + ":" + sess.ID
+	key := sess.Key()
 	s.mu.Lock()
 	_, v.Running = s.busy[key]
 	s.mu.Unlock()
 	v.Warm = s.warmKey(key)
 	for _, p := range s.pools {
-		v.Paused = v.Paused || p.Awaiting(key)
+		v.Paused = v.Paused || p.Awaiting(poolKey(key))
 	}
 	return v
 }
@@ -78,18 +80,39 @@ func (s *Service) ListSessions(ctx context.Context, projectID string, limit int)
 	return out, nil
 }
 
+// LocateSession is the session id names for a caller that named no
+// project (the operator): the one project holding the id. An id no
+// project holds is ErrNotFound; one several hold is ErrConflict, naming
+// them, for the caller to choose.
+func (s *Service) LocateSession(ctx context.Context, id string) (store.SessionKey, error) {
+	list, err := s.store.ListSessions(ctx, store.SessionQuery{ID: id, Limit: 10})
+	switch {
+	case err != nil:
+		return store.SessionKey{}, err
+	case len(list) == 0:
+		return store.SessionKey{}, errdefs.With(errdefs.ErrNotFound, fmt.Errorf("session %s: not found in any project", id))
+	case len(list) > 1:
+		projects := make([]string, len(list))
+		for i, sess := range list {
+			projects[i] = strconv.Quote(sess.ProjectID)
+		}
+		return store.SessionKey{}, errdefs.With(errdefs.ErrConflict, fmt.Errorf("session id %s is in several projects (%s); name one with ?projectId= or the X-Agenta-Project-Id header", id, strings.Join(projects, ", ")))
+	}
+	return list[0].Key(), nil
+}
+
 // GetSession returns a session with its turns.
-func (s *Service) GetSession(ctx context.Context, id string) (SessionView, error) {
-	sess, err := s.store.GetSession(ctx, id)
+func (s *Service) GetSession(ctx context.Context, k store.SessionKey) (SessionView, error) {
+	sess, err := s.store.GetSession(ctx, k)
 	if err != nil {
-		return SessionView{}, fmt.Errorf("session %s: %w", id, err)
+		return SessionView{}, fmt.Errorf("session %s: %w", k, err)
 	}
 	v := s.view(sess)
-	turns, err := s.store.ListTurns(ctx, id)
+	turns, err := s.store.ListTurns(ctx, k)
 	if err != nil {
 		return SessionView{}, err
 	}
-	pending, _, err := s.interactions(ctx, id)
+	pending, _, err := s.interactions(ctx, k)
 	if err != nil {
 		return SessionView{}, err
 	}
@@ -111,9 +134,9 @@ func (s *Service) GetSession(ctx context.Context, id string) (SessionView, error
 // Events sends the session's logged events after seq to fn, in order.
 // With follow it then stays and sends live events until ctx ends or, when
 // the session is idle, returns after the backlog.
-func (s *Service) Events(ctx context.Context, id string, after int64, follow bool, fn func(wire.Record) error) error {
-	if _, err := s.store.GetSession(ctx, id); err != nil {
-		return fmt.Errorf("session %s: %w", id, err)
+func (s *Service) Events(ctx context.Context, k store.SessionKey, after int64, follow bool, fn func(wire.Record) error) error {
+	if _, err := s.store.GetSession(ctx, k); err != nil {
+		return fmt.Errorf("session %s: %w", k, err)
 	}
 	var live chan wire.Record
 	var unsaved []wire.Record
@@ -121,7 +144,7 @@ func (s *Service) Events(ctx context.Context, id string, after int64, follow boo
 		// Subscribe before reading the backlog, so nothing falls between:
 		// what was published before and is not committed yet comes with
 		// the subscription.
-		h := s.hubs.acquire(id)
+		h := s.hubs.acquire(k)
 		defer h.release()
 		live, unsaved = h.subscribe()
 		defer h.unsubscribe(live)
@@ -129,7 +152,7 @@ func (s *Service) Events(ctx context.Context, id string, after int64, follow boo
 	const page = 1000
 	last := after
 	for {
-		evs, err := s.store.ReadEvents(ctx, id, last, page)
+		evs, err := s.store.ReadEvents(ctx, k, last, page)
 		if err != nil {
 			return err
 		}
@@ -178,32 +201,31 @@ func (s *Service) Events(ctx context.Context, id string, after int64, follow boo
 // DeleteSession ends the session: its running turn is cancelled, its warm
 // harness and sandbox released, its durable state removed. Its ledger and
 // log stay readable, marked deleted.
-func (s *Service) DeleteSession(ctx context.Context, id string) error {
-	sess, err := s.store.GetSession(ctx, id)
+func (s *Service) DeleteSession(ctx context.Context, key store.SessionKey) error {
+	sess, err := s.store.GetSession(ctx, key)
 	if err != nil {
-		return fmt.Errorf("session %s: %w", id, err)
+		return fmt.Errorf("session %s: %w", key, err)
 	}
-	key := sess.ProjectID + ":" + id
 	s.stopSession(ctx, key, errDeleted)
 	s.evict(key, pool.ReasonDeleted)
 	for _, p := range s.providers {
 		if r, ok := p.(sandbox.StateRemover); ok {
-			if err := r.RemoveState(ctx, key); err != nil {
-				return fmt.Errorf("remove state of session %s: %w", id, err)
+			if err := r.RemoveState(ctx, poolKey(key)); err != nil {
+				return fmt.Errorf("remove state of session %s: %w", key, err)
 			}
 		}
 	}
 	if err := s.removeWorkspace(ctx, sess); err != nil { // durable.go
-		return fmt.Errorf("remove the durable workspace of session %s: %w", id, err)
+		return fmt.Errorf("remove the durable workspace of session %s: %w", key, err)
 	}
 	s.mu.Lock()
-	delete(s.paused, id)
+	delete(s.paused, key)
 	s.mu.Unlock()
 	sess.Status = store.SessionDeleted
 	sess.SandboxID, sess.SandboxProvider = "", ""
 	if _, err := s.store.PutSession(ctx, sess); err != nil {
 		return err
 	}
-	s.releaseLease(id)
+	s.releaseLease(key)
 	return nil
 }

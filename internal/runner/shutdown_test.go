@@ -53,9 +53,9 @@ func (s *teardownStore) PutSandbox(ctx context.Context, sb store.Sandbox) (store
 	return s.Store.PutSandbox(ctx, sb)
 }
 
-func (s *teardownStore) ReleaseLease(ctx context.Context, sessionID, owner string) error {
+func (s *teardownStore) ReleaseLease(ctx context.Context, k store.SessionKey, owner string) error {
 	s.given(ctx)
-	return s.Store.ReleaseLease(ctx, sessionID, owner)
+	return s.Store.ReleaseLease(ctx, k, owner)
 }
 
 func (s *teardownStore) Close() error {
@@ -113,7 +113,7 @@ func TestTeardownWritesGetTheTeardownTimeout(t *testing.T) {
 	const teardown = time.Hour
 	e, st := newTeardownEnv(t, teardown)
 	e.turn(t, req{session: "s", messages: []string{"say hi"}})
-	if err := e.svc.DeleteSession(t.Context(), "s"); err != nil {
+	if err := e.svc.DeleteSession(t.Context(), sk("s")); err != nil {
 		t.Fatal(err)
 	}
 	st.mu.Lock()

@@ -28,7 +28,7 @@ type storeHealth struct {
 }
 
 type turnRef struct {
-	session string
+	session store.SessionKey
 	index   int
 }
 
@@ -92,7 +92,7 @@ func (s *Service) storeFailed(what string, err error) error {
 func (s *Service) retryOutcome(rec store.Turn, cause error) {
 	rec.Status, rec.Error = store.TurnFailed, cause.Error()
 	s.health.mu.Lock()
-	s.health.pending[turnRef{rec.SessionID, rec.Index}] = rec
+	s.health.pending[turnRef{rec.Key(), rec.Index}] = rec
 	s.health.mu.Unlock()
 }
 
@@ -179,7 +179,7 @@ func (w *StoreWatch) pass(ctx context.Context) bool {
 			break
 		}
 		s.health.mu.Lock()
-		delete(s.health.pending, turnRef{rec.SessionID, rec.Index})
+		delete(s.health.pending, turnRef{rec.Key(), rec.Index})
 		s.health.mu.Unlock()
 	}
 	if p, ok := s.store.(store.Prober); ok && err == nil {
@@ -212,7 +212,7 @@ func (w *StoreWatch) pass(ctx context.Context) bool {
 // its end, or holds no such turn (its begin was never written; another
 // turn may have the index since).
 func (s *Service) writeOutcome(ctx context.Context, rec store.Turn) error {
-	cur, err := s.store.GetTurn(ctx, rec.SessionID, rec.Index)
+	cur, err := s.store.GetTurn(ctx, rec.Key(), rec.Index)
 	if errors.Is(err, errdefs.ErrNotFound) || err == nil && (cur.TurnID != rec.TurnID || cur.Status.Ended() && cur.Status != store.TurnPaused) {
 		return nil
 	}

@@ -31,7 +31,7 @@ import (
 type turn struct {
 	svc    *Service
 	plan   *plan
-	key    string // project:session, empty for a turn without a session
+	key    store.SessionKey // zero for a turn without a session
 	log    *slog.Logger
 	sink   Sink
 	cancel context.CancelCauseFunc
@@ -217,7 +217,7 @@ func (t *turn) run(ctx context.Context) (out agent.Outcome, err error) {
 	if _, err := t.begin(ctx); err != nil {
 		return agent.Outcome{}, err
 	}
-	if t.key != "" {
+	if t.key.SessionID != "" {
 		stop := t.keepLease()
 		defer stop()
 	}
@@ -244,7 +244,7 @@ func (t *turn) run(ctx context.Context) (out agent.Outcome, err error) {
 func (t *turn) attempt(ctx context.Context) (lv *live, out agent.Outcome, err error) {
 	p := t.plan
 	mode := "new"
-	if t.key != "" && !t.fellBack {
+	if t.key.SessionID != "" && !t.fellBack {
 		lv = t.warm()
 		if lv != nil {
 			mode = "warm"
@@ -325,7 +325,7 @@ func (t *turn) attempt(ctx context.Context) (lv *live, out agent.Outcome, err er
 // the conversation the log holds, for a cold turn whose caller sent only
 // its newest message.
 func (t *turn) begin(ctx context.Context) ([]wire.Message, error) {
-	if t.key == "" {
+	if t.key.SessionID == "" {
 		t.observe(ctx)
 		return nil, nil
 	}
@@ -336,19 +336,19 @@ func (t *turn) begin(ctx context.Context) ([]wire.Message, error) {
 	if t.cached != nil {
 		sess = *t.cached
 	} else {
-		sess, err = st.GetSession(ctx, p.req.SessionID)
+		sess, err = st.GetSession(ctx, t.key)
 	}
 	switch {
 	case errors.Is(err, errdefs.ErrNotFound):
-		sess, err = st.PutSession(ctx, store.Session{ID: p.req.SessionID, ProjectID: projectOf(p.req), Harness: p.harness.spec.Name, Status: store.SessionActive})
+		sess, err = st.PutSession(ctx, store.Session{ID: t.key.SessionID, ProjectID: t.key.ProjectID, Harness: p.harness.spec.Name, Status: store.SessionActive})
 	case err == nil && sess.Status == store.SessionDeleted:
 		return nil, errdefs.With(errdefs.ErrConflict, fmt.Errorf("session %s was deleted; start a new sessionId", sess.ID))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("session %s: %w", p.req.SessionID, t.svc.storeFailed("did not read or record the session", err))
+		return nil, fmt.Errorf("session %s: %w", t.key, t.svc.storeFailed("did not read or record the session", err))
 	}
 	rec := store.Turn{
-		SessionID: sess.ID, Index: sess.LastTurnIndex + 1, TurnID: p.req.TurnID, Harness: p.harness.spec.Name,
+		ProjectID: sess.ProjectID, SessionID: sess.ID, Index: sess.LastTurnIndex + 1, TurnID: p.req.TurnID, Harness: p.harness.spec.Name,
 		SandboxProvider: p.provider, StartedAt: time.Now(), Owner: t.svc.cfg.ReplicaID,
 	}
 	// While this replica holds the lease, nobody else begins a turn of the
@@ -364,8 +364,8 @@ func (t *turn) begin(ctx context.Context) ([]wire.Message, error) {
 	t.begun = sess
 	t.mu.Lock()
 	t.seq = sess.LastSeq
-	t.evlog = newEventLog(st, sess.ID, t.log, begin, t.svc.cfg.EventCommitDelay)
-	t.hub = t.svc.hubs.acquire(sess.ID) // released by settle
+	t.evlog = newEventLog(st, t.key, t.log, begin, t.svc.cfg.EventCommitDelay)
+	t.hub = t.svc.hubs.acquire(t.key) // released by settle
 	t.evlog.saved = t.hub.committed
 	t.mu.Unlock()
 	t.record(wire.Event{Type: wire.EventMessage, Role: "user", Text: p.tailText}, false)
@@ -384,7 +384,7 @@ func (t *turn) prior(ctx context.Context) ([]wire.Message, error) {
 	if t.priorSeq == 0 {
 		return nil, nil
 	}
-	return t.svc.conversation(ctx, t.plan.req.SessionID, t.priorSeq)
+	return t.svc.conversation(ctx, t.key, t.priorSeq)
 }
 
 // warm takes the session's warm harness from the pool if it can continue
@@ -397,7 +397,7 @@ func (t *turn) warm() *live {
 		t.svc.evict(t.key, pool.ReasonRuntimeChanged) // parked under another provider
 		return nil
 	}
-	e, ok := pl.Checkout(t.key)
+	e, ok := pl.Checkout(poolKey(t.key))
 	if !ok {
 		t.svc.evict(t.key, pool.ReasonRuntimeChanged)
 		return nil
@@ -462,18 +462,18 @@ func (t *turn) cold(ctx context.Context, prior []wire.Message) (*live, error) {
 	if lv.route != nil && p.network != "off" {
 		runner = []string{t.svc.cfg.Gateway.Addr()}
 	}
-	if t.key != "" {
+	if t.key.SessionID != "" {
 		if _, ok := prov.(sandbox.StateRemover); ok {
-			lv.stateKey = t.key
+			lv.stateKey = poolKey(t.key)
 		}
 	}
 	spec := sandbox.Spec{
-		SessionID: p.req.SessionID,
-		ProjectID: projectOf(p.req),
+		SessionID: t.key.SessionID,
+		ProjectID: t.key.ProjectID,
 		Network:   sandbox.Network{Mode: p.network, Allow: p.allow, Runner: runner},
 		ReadOnly:  p.req.SandboxPermission != nil && p.req.SandboxPermission.Filesystem == "readonly",
 		StateKey:  lv.stateKey,
-		Labels:    map[string]string{"session": p.req.SessionID, "project": projectOf(p.req), "replica": t.svc.cfg.ReplicaID},
+		Labels:    map[string]string{"session": t.key.SessionID, "project": t.key.ProjectID, "replica": t.svc.cfg.ReplicaID},
 		OnEvent: func(name string, data map[string]any) {
 			if cur := lv.turn(); cur != nil {
 				cur.emit(wire.DataEvent(name, data, false))
@@ -497,7 +497,7 @@ func (t *turn) cold(ctx context.Context, prior []wire.Message) (*live, error) {
 	lv.sb = sb
 	info := sb.Info()
 	t.log.Debug("timing", logkey.Stage, "sandbox_start", logkey.Duration, time.Since(start).Milliseconds(), logkey.Sandbox, info.ID)
-	t.svc.recordSandbox(info, p.req.SessionID, store.SandboxRunning)
+	t.svc.recordSandbox(info, t.key, store.SandboxRunning)
 
 	fail := func(err error) (*live, error) {
 		lv.release(context.WithoutCancel(ctx), t.svc, pool.ReasonFailedTurn)
@@ -527,7 +527,7 @@ func (t *turn) cold(ctx context.Context, prior []wire.Message) (*live, error) {
 	if lv.stateKey != "" || reopened || lv.transcriptRestored() {
 		// The harness's own transcript survived: in the durable state dir,
 		// or in the sandbox itself.
-		load = t.svc.loadable(ctx, p.req.SessionID, p.harness.spec.Name)
+		load = t.svc.loadable(ctx, t.key, p.harness.spec.Name)
 	}
 	if t.tools != nil {
 		lv.binding = t.svc.cfg.Tools.Relay.Bind(t.tools, t.log)
@@ -586,7 +586,7 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 	case out.StopReason == agent.StopPaused:
 		status = store.TurnPaused
 	}
-	if t.key != "" && t.evlog != nil {
+	if t.key.SessionID != "" && t.evlog != nil {
 		if err != nil {
 			t.emit(wire.Event{Type: wire.EventError, Message: err.Error()})
 		}
@@ -604,15 +604,15 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 		t.emit(wire.UsageEvent(*out.Usage))
 	}
 	var outcome *store.Turn
-	if t.key != "" && t.index >= 0 {
-		rec := store.Turn{SessionID: t.plan.req.SessionID, Index: t.index, Status: status, EndedAt: time.Now(), StopReason: out.StopReason}
+	if t.key.SessionID != "" && t.index >= 0 {
+		rec := store.Turn{ProjectID: t.key.ProjectID, SessionID: t.key.SessionID, Index: t.index, Status: status, EndedAt: time.Now(), StopReason: out.StopReason}
 		if out.Usage != nil {
 			rec.Usage = *out.Usage
 		}
 		if err != nil {
 			rec.Error = err.Error()
 		}
-		sessRec := store.Session{ID: t.plan.req.SessionID, ProjectID: projectOf(t.plan.req), Harness: t.plan.harness.spec.Name, Status: store.SessionActive}
+		sessRec := store.Session{ID: t.key.SessionID, ProjectID: t.key.ProjectID, Harness: t.plan.harness.spec.Name, Status: store.SessionActive}
 		if lv != nil {
 			rec.SandboxProvider, rec.SandboxID = lv.provider, lv.sb.Info().ID
 			sessRec.SandboxProvider, sessRec.SandboxID = lv.provider, lv.sb.Info().ID
@@ -627,7 +627,7 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 		if sessRec.SandboxID != t.begun.SandboxID || sessRec.AgentSessionID != t.begun.AgentSessionID || sessRec.Harness != t.begun.Harness || sessRec.SandboxProvider != t.begun.SandboxProvider {
 			if got, e := t.svc.store.PutSession(ctx, sessRec); e != nil {
 				t.log.Error("record session", logkey.Error, e)
-				t.svc.forgetHold(t.plan.req.SessionID)
+				t.svc.forgetHold(t.key)
 			} else {
 				stored = got
 			}
@@ -643,7 +643,7 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 		// The outcome and done in one commit; done reaches anyone only
 		// after it.
 		if werr := t.finish(done, outcome); werr != nil {
-			t.svc.forgetHold(t.plan.req.SessionID) // the log's last seq is unknown
+			t.svc.forgetHold(t.key) // the log's last seq is unknown
 			t.log.Error("event log incomplete for this turn", logkey.Error, werr)
 			t.storeErr = t.svc.storeFailed("did not record the turn", werr)
 			if outcome != nil && !refused(werr) {
@@ -675,12 +675,12 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 	if t.tools != nil {
 		t.tools.Close()
 	}
-	if t.key != "" {
+	if t.key.SessionID != "" {
 		t.svc.mu.Lock()
 		if status == store.TurnPaused {
-			t.svc.paused[t.plan.req.SessionID] = t.plan.req
+			t.svc.paused[t.key] = t.plan.req
 		} else {
-			delete(t.svc.paused, t.plan.req.SessionID) // answered, or superseded
+			delete(t.svc.paused, t.key) // answered, or superseded
 		}
 		t.svc.mu.Unlock()
 	}
@@ -691,7 +691,7 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 	if lv.binding != nil {
 		lv.binding.Use(nil)
 	}
-	if t.key != "" && t.svc.pools[lv.provider] != nil && err == nil && (status == store.TurnCompleted || status == store.TurnPaused) && !t.clientPaused.Load() {
+	if t.key.SessionID != "" && t.svc.pools[lv.provider] != nil && err == nil && (status == store.TurnCompleted || status == store.TurnPaused) && !t.clientPaused.Load() {
 		lv.historyFP = historyFingerprint(t.plan.req.Messages)
 		t.mu.Lock()
 		until := t.leaseUntil
@@ -707,23 +707,19 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 		reason = pool.ReasonAborted
 	}
 	lv.release(ctx, t.svc, reason)
-	t.svc.releaseLease(t.plan.req.SessionID)
+	t.svc.releaseLease(t.key)
 }
 
 // park keeps lv warm in the pool and extends the session's lease to cover
 // the time it stays there.
-func (s *Service) park(key string, lv *live, awaiting bool, leaseUntil time.Time, stored *store.Session) {
+func (s *Service) park(key store.SessionKey, lv *live, awaiting bool, leaseUntil time.Time, stored *store.Session) {
 	ttl := s.pools[lv.provider].TTL(awaiting)
-	sessionID := lv.sb.Info().ID
-	if i := strings.Index(key, ":"); i >= 0 {
-		sessionID = key[i+1:]
-	}
 	// Renew only when the lease the turn holds would lapse while parked: a
 	// write per warm turn saved.
 	if now := time.Now(); leaseUntil.Before(now.Add(ttl + 10*time.Second)) {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.TeardownTimeout)
-		if _, err := s.store.AcquireLease(ctx, sessionID, s.cfg.ReplicaID, now, ttl+s.cfg.LeaseTTL); err != nil {
-			s.log.Warn("renew session lease for the warm harness", logkey.Session, sessionID, logkey.Error, err)
+		if _, err := s.store.AcquireLease(ctx, key, s.cfg.ReplicaID, now, ttl+s.cfg.LeaseTTL); err != nil {
+			s.log.Warn("renew session lease for the warm harness", logkey.Session, key.SessionID, logkey.Project, key.ProjectID, logkey.Error, err)
 			stored = nil
 		} else {
 			leaseUntil = now.Add(ttl + s.cfg.LeaseTTL)
@@ -731,23 +727,23 @@ func (s *Service) park(key string, lv *live, awaiting bool, leaseUntil time.Time
 		cancel()
 	}
 	if stored != nil {
-		s.hold(sessionID, leaseUntil, stored)
+		s.hold(key, leaseUntil, stored)
 	} else {
-		s.forgetHold(sessionID)
+		s.forgetHold(key)
 	}
 	lv.parkedAt = time.Now()
-	s.pools[lv.provider].Park(&pool.Entry{Key: key, Value: lv, Release: func(ctx context.Context, reason string) {
+	s.pools[lv.provider].Park(&pool.Entry{Key: poolKey(key), Value: lv, Release: func(ctx context.Context, reason string) {
 		lv.release(ctx, s, reason)
-		s.releaseLease(sessionID)
+		s.releaseLease(key)
 	}}, awaiting)
 }
 
-func (s *Service) releaseLease(sessionID string) {
-	s.forgetHold(sessionID)
+func (s *Service) releaseLease(k store.SessionKey) {
+	s.forgetHold(k)
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.TeardownTimeout)
 	defer cancel()
-	if err := s.store.ReleaseLease(ctx, sessionID, s.cfg.ReplicaID); err != nil {
-		s.log.Warn("release session lease", logkey.Session, sessionID, logkey.Error, err)
+	if err := s.store.ReleaseLease(ctx, k, s.cfg.ReplicaID); err != nil {
+		s.log.Warn("release session lease", logkey.Session, k.SessionID, logkey.Project, k.ProjectID, logkey.Error, err)
 	}
 }
 
@@ -787,16 +783,18 @@ func (lv *live) release(ctx context.Context, s *Service, reason string) {
 		}
 	}
 	s.log.Debug("sandbox released", logkey.Sandbox, info.ID, logkey.Reason, reason)
-	s.recordSandbox(info, "", state)
+	s.recordSandbox(info, store.SessionKey{}, state)
 }
 
-func (s *Service) recordSandbox(info sandbox.Info, sessionID string, state store.SandboxState) {
+// recordSandbox records the sandbox of session k; the zero k keeps the
+// session it was recorded with.
+func (s *Service) recordSandbox(info sandbox.Info, k store.SessionKey, state store.SandboxState) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.TeardownTimeout)
 	defer cancel()
-	rec := store.Sandbox{Provider: info.Provider, ID: info.ID, SessionID: sessionID, State: state}
-	if sessionID == "" {
+	rec := store.Sandbox{Provider: info.Provider, ID: info.ID, ProjectID: k.ProjectID, SessionID: k.SessionID, State: state}
+	if k.SessionID == "" {
 		if old, err := s.store.GetSandbox(ctx, info.Provider, info.ID); err == nil {
-			rec.SessionID = old.SessionID
+			rec.ProjectID, rec.SessionID = old.ProjectID, old.SessionID
 		}
 	}
 	if _, err := s.store.PutSandbox(ctx, rec); err != nil {
@@ -807,8 +805,8 @@ func (s *Service) recordSandbox(info sandbox.Info, sessionID string, state store
 // loadable returns the harness session id to session/load: only when this
 // harness wrote the session's latest turn and that turn completed (a
 // paused, failed or cancelled turn may have left a partial transcript).
-func (s *Service) loadable(ctx context.Context, sessionID, harness string) string {
-	turns, err := s.store.ListTurns(ctx, sessionID)
+func (s *Service) loadable(ctx context.Context, k store.SessionKey, harness string) string {
+	turns, err := s.store.ListTurns(ctx, k)
 	if err != nil {
 		return ""
 	}
@@ -827,8 +825,8 @@ func (s *Service) loadable(ctx context.Context, sessionID, harness string) strin
 
 // conversation rebuilds the session's messages from its log: the user
 // prompts and assistant answers of earlier turns.
-func (s *Service) conversation(ctx context.Context, sessionID string, upTo int64) ([]wire.Message, error) {
-	evs, err := s.store.ReadEvents(ctx, sessionID, 0, 0)
+func (s *Service) conversation(ctx context.Context, k store.SessionKey, upTo int64) ([]wire.Message, error) {
+	evs, err := s.store.ReadEvents(ctx, k, 0, 0)
 	if err != nil {
 		return nil, fmt.Errorf("read the session log to rebuild its history: %w", err)
 	}
@@ -905,7 +903,7 @@ func (t *turn) keepLease() (stop func()) {
 				return
 			case now := <-tick.C:
 				ctx, cancel := context.WithTimeout(context.Background(), every)
-				_, err := t.svc.store.AcquireLease(ctx, t.plan.req.SessionID, t.svc.cfg.ReplicaID, now, t.svc.cfg.LeaseTTL)
+				_, err := t.svc.store.AcquireLease(ctx, t.key, t.svc.cfg.ReplicaID, now, t.svc.cfg.LeaseTTL)
 				cancel()
 				if err != nil {
 					t.log.Error("session lease lost during the turn", logkey.Error, err)

@@ -114,7 +114,7 @@ func TestTurnEndsInOneCommit(t *testing.T) {
 	if len(cs.begins) != 2 || cs.begins[0] != "own" || cs.begins[1] != "batched" {
 		t.Fatalf("begins %v, want [own batched]: the cold turn's own commit, the warm one's with its events", cs.begins)
 	}
-	turns, err := st.ListTurns(t.Context(), "s")
+	turns, err := st.ListTurns(t.Context(), sk("s"))
 	if err != nil || len(turns) != 2 || turns[1].Status != store.TurnCompleted {
 		t.Fatalf("ledger: %+v %v", turns, err)
 	}
@@ -176,7 +176,7 @@ func TestShortWarmTurnIsOneCommit(t *testing.T) {
 	if diff := cmp.Diff([]int{1, 2}, committedAtDone); diff != "" {
 		t.Fatalf("commits seen when done arrived (-want +got):\n%s", diff)
 	}
-	logged, err := st.ReadEvents(t.Context(), "s", 0, 0)
+	logged, err := st.ReadEvents(t.Context(), sk("s"), 0, 0)
 	if err != nil || len(logged) == 0 || logged[len(logged)-1].Event.Type != wire.EventDone {
 		t.Fatalf("log: %d events, %v", len(logged), err)
 	}
