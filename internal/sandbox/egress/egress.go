@@ -64,7 +64,8 @@ func Reserved(a netip.Addr) bool {
 	if !a.IsValid() {
 		return true
 	}
-	a = a.Unmap()
+	// A zone would make every Contains false (fe80::1%eth0).
+	a = a.Unmap().WithZone("")
 	for _, p := range Ranges {
 		if p.Contains(a) {
 			return true
@@ -228,7 +229,7 @@ func interfaceAddrs() ([]netip.Prefix, error) {
 // Check returns nil when a dial to ap may proceed, else an error wrapping
 // ErrRefused that names what refused it and the setting to change.
 func (p *Policy) Check(ap netip.AddrPort) error {
-	a := ap.Addr().Unmap()
+	a := ap.Addr().Unmap().WithZone("")
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	host, err := p.hostLocked()
@@ -300,7 +301,7 @@ func (p *Policy) control(trusted []netip.AddrPort, network, address string) erro
 	if err != nil {
 		return fmt.Errorf("dial %s: %w: not an address", address, ErrRefused)
 	}
-	if slices.Contains(trusted, netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())) {
+	if slices.Contains(trusted, netip.AddrPortFrom(ap.Addr().Unmap().WithZone(""), ap.Port())) {
 		return nil
 	}
 	return p.Check(ap)

@@ -45,6 +45,8 @@ func TestCheck(t *testing.T) {
 		{"169.254.169.254:80", false},
 		{"[::ffff:169.254.169.254]:80", false},
 		{"[fe80::1]:80", false},
+		{"[fe80::1%eth0]:80", false}, // a zone must not hide the range
+		{"[fe80::1%1]:80", false},
 		{"[fd00::1]:80", false},
 		{"[64:ff9b::a9fe:a9fe]:80", false}, // NAT64 of the metadata endpoint
 		{"224.0.0.1:80", false},
@@ -125,6 +127,7 @@ func TestControl(t *testing.T) {
 		{"udp6", "[2606:4700::1111]:53", true},
 		{"tcp4", "127.0.0.1:5432", false},
 		{"tcp6", "[::ffff:127.0.0.1]:5432", false},
+		{"tcp6", "[fe80::1%lo]:5432", false},
 		{"unix", "/run/postgresql/.s.PGSQL.5432", false},
 		{"tcp", "not-an-address", false},
 	} {
