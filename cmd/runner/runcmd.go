@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -220,11 +219,11 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 			r.screen.Notice("on the service at " + serviceURL)
 		}
 		if f, ok := stdin.(*os.File); ok && isTerminal(f) {
-			r.answers = lines(f)
+			r.tty, r.answers = f, keys(f)
 		} else if piped && isTerminal(stdout) {
 			// The request came on stdin: ask on the terminal the
 			// person sees the turn on.
-			r.answers = controllingTerminal()
+			r.tty, r.answers = controllingTerminal()
 		}
 	}
 	return r.run(ctx)
@@ -241,7 +240,8 @@ type runSession struct {
 	start      time.Time
 	remote     bool
 	serviceURL string
-	answers    <-chan string // lines typed on the terminal; nil without one
+	answers    <-chan string // keys typed on the terminal; nil without one
+	tty        *os.File      // the terminal answers come from
 
 	mu        sync.Mutex // the turn's sink and the Ctrl-C notice both write
 	screen    *render.Renderer
@@ -249,6 +249,9 @@ type runSession struct {
 	answered  map[string]bool
 	cancelled bool // Ctrl-C or the caller's cancellation
 	prompting bool // a question waits for its answer on the terminal
+	// restoreTTY puts the terminal back from single-key input; set while
+	// a question is asked.
+	restoreTTY func()
 }
 
 func (r *runSession) sink(seq int64, ev wire.Event) {
@@ -371,7 +374,17 @@ func (r *runSession) nextPending() (render.Approval, bool) {
 // askFor asks allow once / deny on the terminal until it gets an answer;
 // ok is false when the terminal closed or Ctrl-C came first.
 func (r *runSession) askFor(a render.Approval, interrupted <-chan struct{}) (approved, ok bool) {
-	// Lines typed while the turn ran are not answers to a question they
+	// One key answers, no Enter (the terminal's pending input is dropped
+	// as it switches).
+	if r.tty != nil {
+		if restore, err := cbreak(r.tty); err == nil {
+			r.mu.Lock()
+			r.restoreTTY = restore
+			r.mu.Unlock()
+			defer r.restoreTerminal()
+		}
+	}
+	// Keys typed while the turn ran are not answers to a question they
 	// never saw.
 	for drained := false; !drained; {
 		select {
@@ -408,11 +421,26 @@ func (r *runSession) askFor(a render.Approval, interrupted <-chan struct{}) (app
 			return false, false
 		}
 		switch strings.ToLower(strings.TrimSpace(line)) {
-		case "a", "allow", "y", "yes":
+		case "a", "y":
+			fmt.Fprintln(r.stdout) // the terminal echoed the key; no Enter came
 			return true, true
-		case "d", "deny", "n", "no":
+		case "d", "n":
+			fmt.Fprintln(r.stdout)
 			return false, true
 		}
+		fmt.Fprintln(r.stdout)
+	}
+}
+
+// restoreTerminal puts the terminal back from single-key input, if a
+// question had switched it.
+func (r *runSession) restoreTerminal() {
+	r.mu.Lock()
+	restore := r.restoreTTY
+	r.restoreTTY = nil
+	r.mu.Unlock()
+	if restore != nil {
+		restore()
 	}
 }
 
@@ -473,6 +501,7 @@ func (r *runSession) watchInterrupts(ctx context.Context, cancelTurn context.Can
 				first()
 			case <-sigs:
 				if n++; n > 1 {
+					r.restoreTerminal() // os.Exit runs no defers
 					fmt.Fprintln(r.stderr, "\nrunner run: interrupted")
 					os.Exit(exitInterrupted)
 				}
@@ -496,21 +525,6 @@ func isClosed(c <-chan struct{}) bool {
 	}
 }
 
-// lines reads in line by line. Its goroutine ends at EOF; a terminal
-// that never sends one keeps it until the process exits, which is soon
-// after runner run returns.
-func lines(in io.Reader) <-chan string {
-	out := make(chan string)
-	go func() {
-		defer close(out)
-		sc := bufio.NewScanner(in)
-		for sc.Scan() {
-			out <- sc.Text()
-		}
-	}()
-	return out
-}
-
 // loopbackAddr is addr with an unspecified host (0.0.0.0, ::, none)
 // replaced by loopback, to dial the local service.
 func loopbackAddr(addr string) string {
@@ -523,16 +537,16 @@ func loopbackAddr(addr string) string {
 }
 
 // controllingTerminal reads answers from /dev/tty; nil without one.
-func controllingTerminal() <-chan string {
+func controllingTerminal() (*os.File, <-chan string) {
 	f, err := os.Open("/dev/tty")
 	if err != nil {
-		return nil
+		return nil, nil
 	}
 	if !isTerminal(f) {
 		f.Close()
-		return nil
+		return nil, nil
 	}
-	return lines(f) // f stays open for the process's life, like stdin
+	return f, keys(f) // f stays open for the process's life, like stdin
 }
 
 func randomID() string {

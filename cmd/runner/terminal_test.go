@@ -224,9 +224,9 @@ func TestTerminalApprovalContinuesTheSameHarnessProcess(t *testing.T) {
 			t.Errorf("the question lacks %q:\n%s", want, out)
 		}
 	}
-	tm.typ("maybe\n") // not an answer: asked again
-	tm.waitFor(`maybe\r?\n.*allow once \[a\] / deny \[d\]\? $`)
-	tm.typ("a\n")
+	tm.typ("x") // not an answer: asked again
+	tm.waitFor(`\? x\r?\n.*allow once \[a\] / deny \[d\]\? $`)
+	tm.typ("a") // one key, no Enter
 	if code := tm.exit(); code != 0 {
 		t.Fatalf("exit code %d; terminal:\n%s", code, tm.output())
 	}
@@ -248,7 +248,7 @@ func TestTerminalApprovalContinuesTheSameHarnessProcess(t *testing.T) {
 func TestTerminalDenyShowsDeniedInRed(t *testing.T) {
 	tm := startTerm(t, testEnv(t), "run", "-harness", "fake", "-ask", "-prompt", "permission rm\nsay told no")
 	tm.waitFor(`deny \[d\]\? $`)
-	tm.typ("d\n")
+	tm.typ("d")
 	if code := tm.exit(); code != 0 {
 		t.Fatalf("exit code %d; terminal:\n%s", code, tm.output())
 	}
