@@ -146,7 +146,7 @@ func startTools(ctx context.Context, cfg config.Config, log *slog.Logger) (runne
 
 func openStore(ctx context.Context, cfg config.Config) (store.Store, error) {
 	if cfg.DatabaseURL != "" {
-		st, err := postgres.Open(ctx, cfg.DatabaseURL)
+		st, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.Options{ConnectTimeout: cfg.DatabaseConnectTimeout, StatementTimeout: cfg.DatabaseStatementTimeout})
 		if err != nil {
 			return nil, fmt.Errorf("open PostgreSQL (AGENTA_RUNNER_DATABASE_URL): %w", err)
 		}

@@ -60,6 +60,12 @@ type Config struct {
 	LocalNetworkAllow []string
 
 	DatabaseURL string
+	// DatabaseConnectTimeout bounds opening a PostgreSQL connection and
+	// DatabaseStatementTimeout each store call on it (a client-side
+	// deadline, since a stalled server answers no server-side timeout; it
+	// is sent as statement_timeout too).
+	DatabaseConnectTimeout   time.Duration
+	DatabaseStatementTimeout time.Duration
 	// StoreProbeInterval is how often the store is probed with a write
 	// for readiness (sooner, with a backoff, after a failed write); 0:
 	// never, and readiness ignores the store.
@@ -175,6 +181,8 @@ func Load(environ []string) (Config, []string, error) {
 		MetricsAddr:       l.listenAddr("AGENTA_RUNNER_METRICS_ADDR"),
 	}
 	c.HarnessDir = l.str("AGENTA_RUNNER_HARNESS_DIR", filepath.Join(c.DataDir, "harnesses"))
+	c.DatabaseConnectTimeout = l.ms("AGENTA_RUNNER_DATABASE_CONNECT_TIMEOUT_MS", 5_000)
+	c.DatabaseStatementTimeout = l.ms("AGENTA_RUNNER_DATABASE_STATEMENT_TIMEOUT_MS", 10_000)
 	c.StoreProbeInterval = l.msOff("AGENTA_RUNNER_STORE_PROBE_INTERVAL_MS", 5_000)
 	c.Platform = loadPlatform(l)
 

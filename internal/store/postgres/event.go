@@ -24,7 +24,7 @@ func (s *Store) AppendEvents(ctx context.Context, k store.SessionKey, evs []stor
 		turns[i], ats[i], data[i] = int32(e.TurnIndex), ms(e.Time), string(b)
 	}
 	var last int64
-	err := s.pool.QueryRow(ctx, `
+	err := s.db.QueryRow(ctx, `
 WITH s AS (
 	UPDATE sessions SET last_seq = last_seq + cardinality($2::int[]) WHERE project_id = $5 AND id = $1 RETURNING last_seq
 ), ins AS (
@@ -41,7 +41,7 @@ SELECT last_seq FROM s`, k.SessionID, turns, ats, data, k.ProjectID).Scan(&last)
 
 // ReadEvents implements store.Events.
 func (s *Store) ReadEvents(ctx context.Context, k store.SessionKey, after int64, n int) ([]store.Event, error) {
-	rows, err := s.pool.Query(ctx, `SELECT seq, turn_index, at, event::text FROM events
+	rows, err := s.db.Query(ctx, `SELECT seq, turn_index, at, event::text FROM events
 WHERE project_id = $1 AND session_id = $2 AND seq > $3 ORDER BY seq LIMIT $4`, k.ProjectID, k.SessionID, after, limit(n))
 	out, err := collect(rows, err, scanEvent)
 	if err == nil && len(out) == 0 {

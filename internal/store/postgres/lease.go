@@ -19,7 +19,7 @@ func (s *Store) AcquireLease(ctx context.Context, k store.SessionKey, owner stri
 	for {
 		out := store.Lease{ProjectID: k.ProjectID, SessionID: k.SessionID}
 		var expires int64
-		err := s.pool.QueryRow(ctx, `
+		err := s.db.QueryRow(ctx, `
 INSERT INTO leases (project_id, session_id, owner, expires_at) VALUES ($5, $1, $2, $3)
 ON CONFLICT (project_id, session_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
 WHERE leases.owner = excluded.owner OR leases.expires_at <= $4
@@ -43,7 +43,7 @@ RETURNING owner, expires_at`, k.SessionID, owner, now.Add(ttl).UnixMilli(), now.
 func (s *Store) heldBy(ctx context.Context, k store.SessionKey) error {
 	e := &store.LeaseError{ProjectID: k.ProjectID, SessionID: k.SessionID}
 	var expires int64
-	if err := s.pool.QueryRow(ctx, `SELECT owner, expires_at FROM leases WHERE project_id = $1 AND session_id = $2`, k.ProjectID, k.SessionID).
+	if err := s.db.QueryRow(ctx, `SELECT owner, expires_at FROM leases WHERE project_id = $1 AND session_id = $2`, k.ProjectID, k.SessionID).
 		Scan(&e.Owner, &expires); err != nil {
 		return err
 	}
@@ -53,7 +53,7 @@ func (s *Store) heldBy(ctx context.Context, k store.SessionKey) error {
 
 // ReleaseLease implements store.Leases.
 func (s *Store) ReleaseLease(ctx context.Context, k store.SessionKey, owner string) error {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM leases WHERE project_id = $1 AND session_id = $2 AND owner = $3`, k.ProjectID, k.SessionID, owner)
+	tag, err := s.db.Exec(ctx, `DELETE FROM leases WHERE project_id = $1 AND session_id = $2 AND owner = $3`, k.ProjectID, k.SessionID, owner)
 	if err == nil && tag.RowsAffected() == 0 {
 		if err = s.heldBy(ctx, k); errors.Is(err, pgx.ErrNoRows) {
 			err = nil // there was no lease
@@ -69,7 +69,7 @@ func (s *Store) ReleaseLease(ctx context.Context, k store.SessionKey, owner stri
 func (s *Store) GetLease(ctx context.Context, k store.SessionKey) (store.Lease, error) {
 	out := store.Lease{ProjectID: k.ProjectID, SessionID: k.SessionID}
 	var expires int64
-	err := s.pool.QueryRow(ctx, `SELECT owner, expires_at FROM leases WHERE project_id = $1 AND session_id = $2`, k.ProjectID, k.SessionID).
+	err := s.db.QueryRow(ctx, `SELECT owner, expires_at FROM leases WHERE project_id = $1 AND session_id = $2`, k.ProjectID, k.SessionID).
 		Scan(&out.Owner, &expires)
 	if err != nil {
 		return store.Lease{}, fmt.Errorf("get lease %s: %w", k, notFound(err))

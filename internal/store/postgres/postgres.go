@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,17 +18,57 @@ import (
 // Store is a store.Store in a PostgreSQL database.
 type Store struct {
 	pool *pgxpool.Pool
+	db   bounded // pool, every call under the statement timeout
+	name string  // for errors: host:port/database
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store  = (*Store)(nil)
+	_ store.Prober = (*Store)(nil)
+	_ fmt.Stringer = (*Store)(nil)
+)
+
+// The timeouts Open applies when Options leaves them zero.
+const (
+	DefaultConnectTimeout   = 5 * time.Second
+	DefaultStatementTimeout = 10 * time.Second
+)
+
+// Options bound the store's calls; zero fields take the defaults.
+type Options struct {
+	// ConnectTimeout bounds opening one connection (unless the URL sets
+	// connect_timeout).
+	ConnectTimeout time.Duration
+	// StatementTimeout bounds each store call, client-side (a stalled
+	// server or network answers nothing), and is sent as the session's
+	// statement_timeout (unless the URL sets it) so the server stops
+	// what the client gave up on.
+	StatementTimeout time.Duration
+}
 
 // Open connects to the database at url (a postgres:// URL or a key=value
 // string, as pgx accepts; pool_max_conns and the like apply) and brings
-// the schema up to date.
-func Open(ctx context.Context, url string) (*Store, error) {
+// the schema up to date. opts, at most one, bounds its calls.
+func Open(ctx context.Context, url string, opts ...Options) (*Store, error) {
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	if o.StatementTimeout <= 0 {
+		o.StatementTimeout = DefaultStatementTimeout
+	}
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, errdefs.With(errdefs.ErrInvalid, fmt.Errorf("postgres: %w", err))
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = o.ConnectTimeout
+	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["statement_timeout"]; !ok {
+		cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(o.StatementTimeout.Milliseconds(), 10)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -37,7 +78,22 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	return &Store{pool: pool}, nil
+	name := fmt.Sprintf("%s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
+	return &Store{pool: pool, db: bounded{pool: pool, timeout: o.StatementTimeout}, name: name}, nil
+}
+
+// String names the store in errors: the server and database, never the
+// credentials.
+func (s *Store) String() string { return "PostgreSQL store " + s.name }
+
+// Probe implements store.Prober: a transaction that takes a transaction
+// id commits (a write to the server's log; a standby refuses it).
+func (s *Store) Probe(ctx context.Context) error {
+	var xid int64
+	if err := s.db.QueryRow(ctx, `SELECT txid_current()`).Scan(&xid); err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	return nil
 }
 
 // Close closes every connection of the pool.

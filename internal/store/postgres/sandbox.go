@@ -41,7 +41,7 @@ func (s *Store) PutSandbox(ctx context.Context, sb store.Sandbox) (store.Sandbox
 	if err != nil {
 		return store.Sandbox{}, fmt.Errorf("put sandbox %s/%s: %w", sb.Provider, sb.ID, err)
 	}
-	out, err := scanSandbox(s.pool.QueryRow(ctx, `
+	out, err := scanSandbox(s.db.QueryRow(ctx, `
 INSERT INTO sandboxes (`+sandboxCols+`) VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $7)
 ON CONFLICT (provider, id) DO UPDATE SET
 	project_id = excluded.project_id, session_id = excluded.session_id, state = excluded.state, labels = excluded.labels,
@@ -56,7 +56,7 @@ RETURNING `+sandboxCols,
 
 // GetSandbox implements store.Sandboxes.
 func (s *Store) GetSandbox(ctx context.Context, provider, id string) (store.Sandbox, error) {
-	out, err := scanSandbox(s.pool.QueryRow(ctx, `SELECT `+sandboxCols+` FROM sandboxes
+	out, err := scanSandbox(s.db.QueryRow(ctx, `SELECT `+sandboxCols+` FROM sandboxes
 WHERE provider = $1 AND id = $2`, provider, id))
 	if err != nil {
 		return store.Sandbox{}, fmt.Errorf("get sandbox %s/%s: %w", provider, id, notFound(err))
@@ -66,7 +66,7 @@ WHERE provider = $1 AND id = $2`, provider, id))
 
 // ListSandboxes implements store.Sandboxes.
 func (s *Store) ListSandboxes(ctx context.Context, q store.SandboxQuery) ([]store.Sandbox, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+sandboxCols+` FROM sandboxes
+	rows, err := s.db.Query(ctx, `SELECT `+sandboxCols+` FROM sandboxes
 WHERE ($1 = '' OR provider = $1) AND ($2 = '' OR state = $2) AND ($3 = '' OR session_id = $3) AND ($4 = '' OR project_id = $4)
 ORDER BY created_at, provider, id`, q.Provider, string(q.State), q.SessionID, q.ProjectID)
 	out, err := collect(rows, err, scanSandbox)
@@ -78,7 +78,7 @@ ORDER BY created_at, provider, id`, q.Provider, string(q.State), q.SessionID, q.
 
 // DeleteSandbox implements store.Sandboxes.
 func (s *Store) DeleteSandbox(ctx context.Context, provider, id string) error {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM sandboxes WHERE provider = $1 AND id = $2`, provider, id)
+	tag, err := s.db.Exec(ctx, `DELETE FROM sandboxes WHERE provider = $1 AND id = $2`, provider, id)
 	if err := affected(tag, err); err != nil {
 		return fmt.Errorf("delete sandbox %s/%s: %w", provider, id, err)
 	}
@@ -100,7 +100,7 @@ func (s *Store) PutSecret(ctx context.Context, sec store.Secret) (store.Secret, 
 	if err := sec.Validate(); err != nil {
 		return store.Secret{}, err
 	}
-	out, err := scanSecret(s.pool.QueryRow(ctx, `
+	out, err := scanSecret(s.db.QueryRow(ctx, `
 INSERT INTO secrets (`+secretCols+`) VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (provider, id) DO UPDATE SET name = excluded.name, project_id = excluded.project_id, session_id = excluded.session_id
 RETURNING `+secretCols,
@@ -113,7 +113,7 @@ RETURNING `+secretCols,
 
 // ListSecrets implements store.Secrets.
 func (s *Store) ListSecrets(ctx context.Context, q store.SecretQuery) ([]store.Secret, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+secretCols+` FROM secrets
+	rows, err := s.db.Query(ctx, `SELECT `+secretCols+` FROM secrets
 WHERE ($1 = '' OR provider = $1) AND ($2 = '' OR session_id = $2) AND ($3 = '' OR project_id = $3)
 ORDER BY created_at, provider, id`, q.Provider, q.SessionID, q.ProjectID)
 	out, err := collect(rows, err, scanSecret)
@@ -125,7 +125,7 @@ ORDER BY created_at, provider, id`, q.Provider, q.SessionID, q.ProjectID)
 
 // DeleteSecret implements store.Secrets.
 func (s *Store) DeleteSecret(ctx context.Context, provider, id string) error {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM secrets WHERE provider = $1 AND id = $2`, provider, id)
+	tag, err := s.db.Exec(ctx, `DELETE FROM secrets WHERE provider = $1 AND id = $2`, provider, id)
 	if err := affected(tag, err); err != nil {
 		return fmt.Errorf("delete secret %s/%s: %w", provider, id, err)
 	}

@@ -26,7 +26,7 @@ func (s *Store) PutSession(ctx context.Context, in store.Session) (store.Session
 	if err := in.Validate(); err != nil {
 		return store.Session{}, err
 	}
-	out, err := scanSession(s.pool.QueryRow(ctx, `
+	out, err := scanSession(s.db.QueryRow(ctx, `
 INSERT INTO sessions (id, project_id, harness, status, sandbox_provider, sandbox_id,
 	agent_session_id, created_at, updated_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
@@ -45,7 +45,7 @@ RETURNING `+sessionCols,
 
 // GetSession implements store.Sessions.
 func (s *Store) GetSession(ctx context.Context, k store.SessionKey) (store.Session, error) {
-	out, err := scanSession(s.pool.QueryRow(ctx, `SELECT `+sessionCols+` FROM sessions WHERE project_id = $1 AND id = $2`, k.ProjectID, k.SessionID))
+	out, err := scanSession(s.db.QueryRow(ctx, `SELECT `+sessionCols+` FROM sessions WHERE project_id = $1 AND id = $2`, k.ProjectID, k.SessionID))
 	if err != nil {
 		return store.Session{}, fmt.Errorf("get session %s: %w", k, notFound(err))
 	}
@@ -54,7 +54,7 @@ func (s *Store) GetSession(ctx context.Context, k store.SessionKey) (store.Sessi
 
 // ListSessions implements store.Sessions.
 func (s *Store) ListSessions(ctx context.Context, q store.SessionQuery) ([]store.Session, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+sessionCols+` FROM sessions
+	rows, err := s.db.Query(ctx, `SELECT `+sessionCols+` FROM sessions
 WHERE ($1 = '' OR project_id = $1) AND ($2 = '' OR status = $2) AND ($4 = '' OR id = $4)
 ORDER BY updated_at DESC, id, project_id LIMIT $3`, q.ProjectID, string(q.Status), limit(q.Limit), q.ID)
 	out, err := collect(rows, err, scanSession)

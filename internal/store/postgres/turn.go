@@ -34,7 +34,7 @@ func (s *Store) BeginTurn(ctx context.Context, t store.Turn) (store.Turn, error)
 	if err := t.ValidateBegin(); err != nil {
 		return store.Turn{}, err
 	}
-	out, err := scanTurn(s.pool.QueryRow(ctx, `
+	out, err := scanTurn(s.db.QueryRow(ctx, `
 WITH s AS (
 	UPDATE sessions SET last_turn_index = GREATEST(last_turn_index, $2), updated_at = $10
 	WHERE project_id = $12 AND id = $1 RETURNING project_id, id
@@ -58,7 +58,7 @@ func (s *Store) EndTurn(ctx context.Context, t store.Turn) (store.Turn, error) {
 	if err := t.ValidateEnd(); err != nil {
 		return store.Turn{}, err
 	}
-	out, err := scanTurn(s.pool.QueryRow(ctx, `UPDATE turns SET
+	out, err := scanTurn(s.db.QueryRow(ctx, `UPDATE turns SET
 	status = $3, ended_at = $4, input_tokens = $5, output_tokens = $6, total_tokens = $7, cost = $8,
 	stop_reason = $9, error = $10, agent_session_id = $11, sandbox_provider = $12, sandbox_id = $13
 WHERE project_id = $14 AND session_id = $1 AND turn_index = $2 AND status IN ('running', 'paused')
@@ -73,7 +73,7 @@ RETURNING `+turnCols,
 		// Tell a missing turn from one that has already ended; an ended
 		// turn never runs again, so no transaction is needed.
 		var status string
-		err = s.pool.QueryRow(ctx, `SELECT status FROM turns WHERE project_id = $1 AND session_id = $2 AND turn_index = $3`,
+		err = s.db.QueryRow(ctx, `SELECT status FROM turns WHERE project_id = $1 AND session_id = $2 AND turn_index = $3`,
 			t.ProjectID, t.SessionID, t.Index).Scan(&status)
 		if err == nil {
 			err = fmt.Errorf("already %s: %w", status, errdefs.ErrConflict)
@@ -84,7 +84,7 @@ RETURNING `+turnCols,
 
 // GetTurn implements store.Turns.
 func (s *Store) GetTurn(ctx context.Context, k store.SessionKey, index int) (store.Turn, error) {
-	out, err := scanTurn(s.pool.QueryRow(ctx, `SELECT `+turnCols+` FROM turns
+	out, err := scanTurn(s.db.QueryRow(ctx, `SELECT `+turnCols+` FROM turns
 WHERE project_id = $1 AND session_id = $2 AND turn_index = $3`, k.ProjectID, k.SessionID, index))
 	if err != nil {
 		return store.Turn{}, fmt.Errorf("get turn %s/%d: %w", k, index, notFound(err))
@@ -94,7 +94,7 @@ WHERE project_id = $1 AND session_id = $2 AND turn_index = $3`, k.ProjectID, k.S
 
 // ListTurns implements store.Turns.
 func (s *Store) ListTurns(ctx context.Context, k store.SessionKey) ([]store.Turn, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+turnCols+` FROM turns
+	rows, err := s.db.Query(ctx, `SELECT `+turnCols+` FROM turns
 WHERE project_id = $1 AND session_id = $2 ORDER BY turn_index`, k.ProjectID, k.SessionID)
 	out, err := collect(rows, err, scanTurn)
 	if err == nil && len(out) == 0 {
@@ -108,7 +108,7 @@ WHERE project_id = $1 AND session_id = $2 ORDER BY turn_index`, k.ProjectID, k.S
 
 // InterruptTurns implements store.Turns.
 func (s *Store) InterruptTurns(ctx context.Context, owner string, at time.Time) (int, error) {
-	tag, err := s.pool.Exec(ctx, `UPDATE turns SET status = 'interrupted', ended_at = $2
+	tag, err := s.db.Exec(ctx, `UPDATE turns SET status = 'interrupted', ended_at = $2
 WHERE owner = $1 AND status = 'running'`, owner, ms(at))
 	if err != nil {
 		return 0, fmt.Errorf("interrupt turns of %s: %w", owner, err)
@@ -119,5 +119,5 @@ WHERE owner = $1 AND status = 'running'`, owner, ms(at))
 // sessionExists returns nil if the session exists, else ErrNotFound.
 func (s *Store) sessionExists(ctx context.Context, k store.SessionKey) error {
 	var one int
-	return notFound(s.pool.QueryRow(ctx, `SELECT 1 FROM sessions WHERE project_id = $1 AND id = $2`, k.ProjectID, k.SessionID).Scan(&one))
+	return notFound(s.db.QueryRow(ctx, `SELECT 1 FROM sessions WHERE project_id = $1 AND id = $2`, k.ProjectID, k.SessionID).Scan(&one))
 }
