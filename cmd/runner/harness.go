@@ -175,25 +175,8 @@ func modelConn(name string, req *wire.Request, env map[string]string, getenv fun
 	}, nil
 }
 
-// providerAPIs are the wire APIs a provider speaks, preferred first.
-// Providers not listed are taken to be OpenAI-compatible servers (Ollama,
-// vLLM, OpenRouter, LM Studio …), which all speak Chat Completions.
-func providerAPIs(provider, baseURL string) []harness.API {
-	switch provider {
-	case "anthropic", "claude":
-		return []harness.API{harness.Anthropic}
-	case "gemini", "google", "google-genai", "googleai", "google-ai-studio":
-		return []harness.API{harness.Gemini}
-	case "openai":
-		if baseURL == "" || strings.Contains(baseURL, "api.openai.com") {
-			return []harness.API{harness.OpenAIResponses, harness.OpenAIChat}
-		}
-	}
-	return []harness.API{harness.OpenAIChat, harness.OpenAIResponses}
-}
-
 func pickAPI(h harness.Harness, provider, baseURL string) (harness.API, error) {
-	want := providerAPIs(provider, baseURL)
+	want := harness.ProviderAPIs(provider, baseURL)
 	for _, a := range want {
 		if slices.Contains(h.APIs, a) {
 			return a, nil

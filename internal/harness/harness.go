@@ -132,3 +132,21 @@ func Names() []string {
 func unknown(name string) error {
 	return fmt.Errorf("unknown harness %q (built-in: %s)", name, strings.Join(Names(), ", "))
 }
+
+// ProviderAPIs are the wire APIs a provider speaks, preferred first.
+// Providers not listed are taken to be OpenAI-compatible servers (Ollama,
+// vLLM, OpenRouter, LM Studio …), which all speak Chat Completions.
+// provider is the connection's provider id, lower-cased and trimmed.
+func ProviderAPIs(provider, baseURL string) []API {
+	switch provider {
+	case "anthropic", "claude":
+		return []API{Anthropic}
+	case "gemini", "google", "google-genai", "googleai", "google-ai-studio":
+		return []API{Gemini}
+	case "openai":
+		if baseURL == "" || strings.Contains(baseURL, "api.openai.com") {
+			return []API{OpenAIResponses, OpenAIChat}
+		}
+	}
+	return []API{OpenAIChat, OpenAIResponses}
+}
