@@ -1,13 +1,22 @@
 // Package gateway keeps model keys out of sandboxes. A harness is given a
 // placeholder key and a base URL on the runner's own loopback; the
 // gateway forwards each request to the real endpoint, swapping the
-// placeholder for the key in headers and query, so the key exists only in
-// the runner. A placeholder is worthless outside its route: it is valid
-// only through this gateway, only towards its endpoint, and only while
-// its session lives.
+// placeholder for the key, so the key exists only in the runner. A
+// placeholder is worthless outside its route: it is valid only through
+// this gateway, only towards its endpoint, and only while its session
+// lives.
+//
+// A key goes only where its provider's protocol carries it (a Placement:
+// x-api-key, "Authorization: Bearer", Gemini's ?key=, …): a placeholder
+// anywhere else in a request (another header or query parameter, the
+// path, the body) is refused, not forwarded, since an upstream may echo
+// that field back. Responses are scrubbed as they stream, each key
+// replaced by its placeholder, and every substitution is logged (the
+// credential's variable and the placement, never the key).
 package gateway
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -16,9 +25,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/textproto"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentrunner/runner/internal/logkey"
@@ -42,10 +54,20 @@ type Gateway struct {
 }
 
 type route struct {
-	target  *url.URL          // scheme://host of the real endpoint
-	secrets map[string]string // placeholder -> key
+	target  *url.URL // scheme://host of the real endpoint
+	secrets []*secret
+	longest int // of the placeholders
+	scrub   *scrubber
+	log     *slog.Logger // audit records and refusals
 	proxy   *httputil.ReverseProxy
 }
+
+// exchange is one request's state shared with the proxy's callbacks.
+type exchange struct {
+	refused atomic.Pointer[misplaced] // set by the body guard
+}
+
+type exchangeKey struct{}
 
 // New listens on 127.0.0.1 (an ephemeral port) and serves until Close.
 // Every upstream dial follows policy, on the address actually dialled: an
@@ -106,37 +128,82 @@ type Route struct {
 // Release ends the route: its placeholders stop working.
 func (r Route) Release() { r.release() }
 
-// Register routes requests to baseURL, replacing placeholders for keys.
-func (g *Gateway) Register(baseURL string, keys []string) (Route, error) {
-	u, err := url.Parse(baseURL)
+// Spec is an endpoint to register.
+type Spec struct {
+	BaseURL     string
+	Credentials []Credential
+	// Log receives the route's audit records (one per substitution) and
+	// refusals; give it the session's attributes. Nil logs to the
+	// gateway's logger.
+	Log *slog.Logger
+}
+
+// Register routes requests to spec.BaseURL, replacing placeholders for
+// keys where each is bound.
+func (g *Gateway) Register(spec Spec) (Route, error) {
+	u, err := url.Parse(spec.BaseURL)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return Route{}, fmt.Errorf("key gateway: endpoint %q is not an http(s) URL", baseURL)
+		return Route{}, fmt.Errorf("key gateway: endpoint %q is not an http(s) URL", spec.BaseURL)
 	}
 	token := random("", 16)
-	rt := &route{target: &url.URL{Scheme: u.Scheme, Host: u.Host}, secrets: map[string]string{}}
-	out := Route{Placeholders: map[string]string{}}
-	for _, k := range keys {
-		if k == "" {
-			continue
-		}
-		if _, ok := out.Placeholders[k]; ok {
-			continue
-		}
-		p := random("runner-key-", 16)
-		out.Placeholders[k] = p
-		rt.secrets[p] = k
+	rt := &route{target: &url.URL{Scheme: u.Scheme, Host: u.Host}, log: spec.Log}
+	if rt.log == nil {
+		rt.log = g.log
 	}
+	out := Route{Placeholders: map[string]string{}}
+	for _, c := range spec.Credentials {
+		if c.Key == "" {
+			continue
+		}
+		if len(c.Allow) == 0 {
+			return Route{}, fmt.Errorf("key gateway: credential %s has no placement to substitute it in", c.Name)
+		}
+		if p, ok := out.Placeholders[c.Key]; ok {
+			// One key bound to two variables: one placeholder, either's placements.
+			s := rt.secrets[slices.IndexFunc(rt.secrets, func(s *secret) bool { return s.placeholder == p })]
+			s.name += ", " + c.Name
+			s.allow = append(s.allow, c.Allow...)
+			continue
+		}
+		s := &secret{name: c.Name, key: c.Key, placeholder: random("runner-key-", 16)}
+		for _, p := range c.Allow {
+			p.Header = textproto.CanonicalMIMEHeaderKey(p.Header)
+			s.allow = append(s.allow, p)
+		}
+		out.Placeholders[c.Key] = s.placeholder
+		rt.secrets = append(rt.secrets, s)
+		rt.longest = max(rt.longest, len(s.placeholder))
+	}
+	rt.scrub = newScrubber(rt.secrets)
 	rt.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(rt.target)
 			pr.Out.Host = rt.target.Host
-			rt.inject(pr.Out)
+			// The transport then asks for gzip and decodes it, so the
+			// response reaches the scrubber as plain bytes.
+			pr.Out.Header.Del("Accept-Encoding")
+			pr.Out.Trailer = nil // request trailers would skip the checks
 		},
-		Transport:     g.upstream,
-		FlushInterval: -1, // server-sent events pass through as they come
+		Transport:      g.upstream,
+		ModifyResponse: rt.scrubResponse,
+		FlushInterval:  -1, // server-sent events pass through as they come
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			g.log.Warn("key gateway: upstream failed", logkey.Error, err, "host", rt.target.Host)
-			http.Error(w, "runner key gateway: upstream "+rt.target.Host+": "+err.Error(), http.StatusBadGateway)
+			if ex, _ := r.Context().Value(exchangeKey{}).(*exchange); ex != nil {
+				if m := ex.refused.Load(); m != nil {
+					rt.refuse(w, m)
+					return
+				}
+			}
+			var enc *encodedError
+			if errors.As(err, &enc) {
+				rt.log.Warn("key gateway: refused an encoded response", logkey.Error, err, logkey.Host, rt.target.Host)
+				http.Error(w, "runner key gateway: "+err.Error(), http.StatusBadGateway)
+				return
+			}
+			// The error may quote the outgoing URL, with a query key in it.
+			msg := rt.scrub.string(err.Error())
+			g.log.Warn("key gateway: upstream failed", logkey.Error, msg, logkey.Host, rt.target.Host)
+			http.Error(w, "runner key gateway: upstream "+rt.target.Host+": "+msg, http.StatusBadGateway)
 		},
 	}
 	g.mu.Lock()
@@ -151,31 +218,35 @@ func (g *Gateway) Register(baseURL string, keys []string) (Route, error) {
 	return out, nil
 }
 
-// inject swaps placeholders for keys wherever a client puts a key: any
-// header value, and query values (Gemini's ?key=).
-func (rt *route) inject(r *http.Request) {
-	swap := func(s string) string {
-		for p, k := range rt.secrets {
-			if strings.Contains(s, p) {
-				s = strings.ReplaceAll(s, p, k)
-			}
+// encodedError is a response body in an encoding the scrubber cannot read.
+type encodedError struct{ encoding string }
+
+func (e *encodedError) Error() string {
+	return fmt.Sprintf("upstream answered with Content-Encoding %q, which the gateway cannot scrub for keys, so it is not passed on; the gateway asks for gzip (which it decodes) or identity", e.encoding)
+}
+
+// scrubResponse replaces keys in the response's headers and, as it
+// streams, its body and trailers.
+func (rt *route) scrubResponse(resp *http.Response) error {
+	for _, ce := range resp.Header.Values("Content-Encoding") {
+		if ce != "" && !strings.EqualFold(strings.TrimSpace(ce), "identity") {
+			return &encodedError{ce}
 		}
-		return s
 	}
-	for name, vs := range r.Header {
-		for i, v := range vs {
-			r.Header[name][i] = swap(v)
-		}
+	rt.scrub.header(resp.Header)
+	if resp.Body != nil && resp.Body != http.NoBody {
+		resp.Body = rt.scrub.body(resp)
+		// A scrubbed body may change length.
+		resp.ContentLength = -1
+		resp.Header.Del("Content-Length")
 	}
-	if r.URL.RawQuery != "" {
-		q := r.URL.Query()
-		for name, vs := range q {
-			for i, v := range vs {
-				q[name][i] = swap(v)
-			}
-		}
-		r.URL.RawQuery = q.Encode()
-	}
+	return nil
+}
+
+// refuse answers a request that carries a misplaced placeholder.
+func (rt *route) refuse(w http.ResponseWriter, m *misplaced) {
+	rt.log.Warn("key gateway: refused a misplaced placeholder", logkey.Credential, m.s.name, logkey.Placement, m.where)
+	http.Error(w, "runner key gateway: "+m.Error(), http.StatusBadRequest)
 }
 
 var errNoRoute = errors.New("unknown or released gateway route")
@@ -195,8 +266,26 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "runner key gateway: "+errNoRoute.Error(), http.StatusForbidden)
 		return
 	}
-	r2 := r.Clone(r.Context())
+	if r.Header.Get("Upgrade") != "" {
+		// An upgraded stream (a websocket) is framed and may be
+		// compressed: the gateway could not scrub it.
+		http.Error(w, "runner key gateway: protocol upgrades (Upgrade: "+r.Header.Get("Upgrade")+") are not passed: the gateway scrubs keys only from plain HTTP responses; use the provider's HTTP API", http.StatusBadRequest)
+		return
+	}
+	ex := &exchange{}
+	r2 := r.Clone(context.WithValue(r.Context(), exchangeKey{}, ex))
 	r2.URL.Path = "/" + path
 	r2.URL.RawPath = ""
+	subs, m := rt.substitute(r2)
+	if m != nil {
+		rt.refuse(w, m)
+		return
+	}
+	if r2.Body != nil && r2.Body != http.NoBody {
+		r2.Body = &bodyGuard{r: r2.Body, rt: rt, ex: ex}
+	}
+	for _, s := range subs {
+		rt.log.Info("key gateway: credential substituted", logkey.Credential, s.s.name, logkey.Placement, s.where.String(), logkey.Host, rt.target.Host)
+	}
 	rt.proxy.ServeHTTP(w, r2)
 }

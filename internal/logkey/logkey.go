@@ -16,4 +16,9 @@ const (
 	PID       = "pid"
 	Addr      = "addr"
 	Stage     = "stage"
+	// The key gateway's audit: the variable a credential is bound to
+	// (never its value), where a request carried it, and the upstream.
+	Credential = "credential"
+	Placement  = "placement"
+	Host       = "host"
 )

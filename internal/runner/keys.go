@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/agentrunner/runner/internal/gateway"
+	builtin "github.com/agentrunner/runner/internal/harness" // the built-in harnesses' provider table
+	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/wire"
 )
 
@@ -20,16 +22,18 @@ func (t *turn) hideKeys() (map[string]string, *wire.Request, *gateway.Route, err
 	if g == nil || mc == nil || mc.Endpoint == nil || mc.Endpoint.BaseURL == "" {
 		return p.env, p.req, nil, nil
 	}
-	var keys []string
+	var creds []gateway.Credential
+	allow := placements(mc)
 	for _, c := range mc.Credentials {
 		if c.Usage == "opaque_http" {
-			keys = append(keys, c.Value)
+			creds = append(creds, gateway.Credential{Name: c.Binding.Name, Key: c.Value, Allow: allow})
 		}
 	}
-	if len(keys) == 0 {
+	if len(creds) == 0 {
 		return p.env, p.req, nil, nil
 	}
-	rt, err := g.Register(mc.Endpoint.BaseURL, keys)
+	rt, err := g.Register(gateway.Spec{BaseURL: mc.Endpoint.BaseURL, Credentials: creds,
+		Log: t.svc.log.With(logkey.Session, p.req.SessionID, logkey.Project, projectOf(p.req), logkey.Provider, p.provider)})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("modelConnection.endpoint.baseUrl: %w", err)
 	}
@@ -72,6 +76,29 @@ func (t *turn) hideKeys() (map[string]string, *wire.Request, *gateway.Route, err
 	}
 	req.ModelConnection = &m
 	return env, &req, &rt, nil
+}
+
+// placements is where the connection's wire protocol carries its key,
+// the only places the gateway swaps it in. Anthropic's protocol has two
+// documented ones: x-api-key for an API key (ANTHROPIC_API_KEY) and
+// "Authorization: Bearer" for an auth token (ANTHROPIC_AUTH_TOKEN), which
+// Anthropic-compatible gateways (LiteLLM) take too, and which harness
+// sends which depends on the variable it reads, not on the binding: both
+// are allowed, both being auth headers an upstream does not echo. Gemini
+// takes x-goog-api-key or ?key=; Azure api-key; every other provider is
+// OpenAI-compatible, Bearer only.
+func placements(mc *wire.ModelConnection) []gateway.Placement {
+	provider := strings.ToLower(strings.TrimSpace(mc.Provider))
+	if strings.EqualFold(mc.Deployment, "azure") || strings.HasPrefix(provider, "azure") {
+		return []gateway.Placement{gateway.AzureKey}
+	}
+	switch builtin.ProviderAPIs(provider, mc.Endpoint.BaseURL)[0] {
+	case builtin.Anthropic:
+		return []gateway.Placement{gateway.AnthropicKey, gateway.BearerAuth}
+	case builtin.Gemini:
+		return []gateway.Placement{gateway.GoogleKey, gateway.GoogleQuery}
+	}
+	return []gateway.Placement{gateway.BearerAuth}
 }
 
 // sharesHost reports whether the provider's sandboxes reach the runner's

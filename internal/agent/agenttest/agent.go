@@ -41,6 +41,7 @@ import (
 //	connect <host:port>            dials TCP; says ok or the error
 //	connectunix <path>             dials a unix socket; says ok or the error
 //	http <URLVAR> <KEYVAR> <path>  GETs $URLVAR<path> with "Bearer $KEYVAR"; says the status and body
+//	     [Name:value…] [-- <body>]   adds headers; POSTs the body; $VARs in path, headers and body expanded
 //	history                        says the prompts this session has seen
 //	usage <in> <out>               reports token usage in the prompt result
 //	update <json>                  sends a raw session/update
@@ -451,17 +452,26 @@ func (r *turn) do(verb, arg string) {
 		c.Close()
 		r.say(verb + " ok\n")
 	case "http":
-		f := strings.Fields(arg)
-		if len(f) != 3 {
-			r.say("http: want URLVAR KEYVAR PATH\n")
+		head, payload, post := strings.Cut(arg, " -- ")
+		f := strings.Fields(os.ExpandEnv(head))
+		if len(f) < 3 {
+			r.say("http: want URLVAR KEYVAR PATH [Name:value…] [-- BODY]\n")
 			return
 		}
-		req, err := http.NewRequestWithContext(r.ctx, "GET", os.Getenv(f[0])+f[2], nil)
+		method, rd := "GET", io.Reader(nil)
+		if post {
+			method, rd = "POST", strings.NewReader(os.ExpandEnv(payload))
+		}
+		req, err := http.NewRequestWithContext(r.ctx, method, os.Getenv(f[0])+f[2], rd)
 		if err != nil {
 			r.say("http error: " + err.Error() + "\n")
 			return
 		}
 		req.Header.Set("Authorization", "Bearer "+os.Getenv(f[1]))
+		for _, h := range f[3:] {
+			k, v, _ := strings.Cut(h, ":")
+			req.Header.Add(k, v)
+		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			r.say("http error: " + err.Error() + "\n")
