@@ -58,7 +58,8 @@ func keyTurn(t *testing.T, session, prompt string) (turn, *runner, *echoModel) {
 	model := &echoModel{}
 	up := httptest.NewServer(model)
 	t.Cleanup(up.Close)
-	r := start(t)
+	// The operator opens the loopback model server.
+	r := start(t, "AGENTA_RUNNER_LOCAL_NETWORK_ALLOW="+up.Listener.Addr().String())
 	tr := r.stream(t, fake(prompt, map[string]any{"sessionId": session, "modelConnection": map[string]any{
 		"provider": "openai", "deployment": "custom",
 		"endpoint":    map[string]any{"baseUrl": up.URL + "/v1"},
