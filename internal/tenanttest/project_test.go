@@ -203,3 +203,31 @@ func callAs(t *testing.T, r *runner, tok, method, path string, body any, project
 	}
 	return resp.StatusCode, b
 }
+
+// TestAttackWorkspaceDefaultProject: the durable workspace of a session
+// whose request named no project was filed under the project "default",
+// so a tenant whose project is literally "default" (here by its project
+// token) sending the same sessionId got that session's files restored
+// into its sandbox. What must hold: the empty project and a project
+// named "default" keep their workspaces apart.
+func TestAttackWorkspaceDefaultProject(t *testing.T) {
+	needBwrap(t)
+	r := start(t, "AGENTA_RUNNER_PROJECT_TOKENS=default="+tokenA)
+	const secret = "operator-file-secret-5519"
+	op := r.stream(t, fake("write notes.txt "+secret, map[string]any{"sessionId": "ws"}))
+	if !op.Result.OK || !strings.Contains(op.Text(), "write ok") {
+		t.Fatalf("the operator's turn: %+v %q", op.Result, op.Text())
+	}
+	status, body := callAs(t, r, tokenA, "POST", "/run", fake("read notes.txt", map[string]any{"sessionId": "ws"}), "")
+	if status != 200 {
+		t.Fatalf("the default project's turn: %d %s", status, body)
+	}
+	if strings.Contains(string(body), secret) || !strings.Contains(string(body), "read error") {
+		t.Fatalf("the project named default read the empty project's workspace: %s", body)
+	}
+	// The operator's session still has its file.
+	again := r.stream(t, fake("read notes.txt", map[string]any{"sessionId": "ws"}))
+	if !strings.Contains(again.Text(), "read ok: "+secret) {
+		t.Fatalf("the operator's session lost its file: %q", again.Text())
+	}
+}

@@ -50,15 +50,28 @@ func (c Configured) Resolve(ctx context.Context, t Target) (Stores, bool, error)
 	if t.SessionID == "" {
 		return Stores{}, false, nil
 	}
-	project := t.ProjectID
-	if project == "" {
-		project = "default"
-	}
-	s := Stores{Session: Prefixed(c.Base, "sessions/"+Segment(project)+"/"+Segment(t.SessionID)), Keepers: c.Keepers}
+	project := ProjectSegment(t.ProjectID)
+	s := Stores{Session: Prefixed(c.Base, "sessions/"+project+"/"+Segment(t.SessionID)), Keepers: c.Keepers}
 	if t.AgentID != "" {
-		s.Agent = Prefixed(c.Base, "agents/"+Segment(project)+"/"+Segment(t.AgentID))
+		s.Agent = Prefixed(c.Base, "agents/"+project+"/"+Segment(t.AgentID))
 	}
 	return s, true, nil
+}
+
+// ProjectSegment is the key segment of a project, one per project: the
+// empty project (requests naming none) is "default", where it always
+// was; a named project's Segment is given a leading '_' when it would
+// meet that or a hashed Segment ("_" and hex), so that the project
+// literally named "default", or one named like a hash, is another.
+func ProjectSegment(project string) string {
+	if project == "" {
+		return "default"
+	}
+	s := Segment(project)
+	if s == "default" || strings.HasPrefix(s, "_") && url.PathEscape(project) == s {
+		s = "_" + s
+	}
+	return s
 }
 
 // Segment makes an id (from a caller) one safe key segment: escaped, and
