@@ -98,6 +98,7 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 	reaper := svc.Reaper(cfg.Daytona.ReapInterval)
 	reaper.Start()
 	defer reaper.Stop()
+	var limited *api.ConnLimiter // set before the server serves
 	installed := &harnessStatusCache{status: func() map[string]any { return harnessStatus(cfg) }, now: time.Now}
 	h := api.New(api.Config{
 		Token:             cfg.Token,
@@ -107,8 +108,9 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 		MaxBodyBytes:      cfg.MaxBodyBytes,
 		HistoryCacheBytes: cfg.HistoryCacheBytes,
 		PingInterval:      cfg.PingInterval,
+		ReadTimeout:       cfg.ReadTimeout,
 		Health: func() map[string]any {
-			return map[string]any{"harnesses": svc.Harnesses(), "harnessesInstalled": installed.get(), "providers": svc.Providers(), "inFlight": svc.InFlight(), "warm": svc.Warm()}
+			return map[string]any{"harnesses": svc.Harnesses(), "harnessesInstalled": installed.get(), "providers": svc.Providers(), "inFlight": svc.InFlight(), "warm": svc.Warm(), "connections": limited.Open()}
 		},
 		SubscriptionStatus: func() map[string]any { return subscriptionStatus(cfg, environ) },
 		Ready:              svc.Ready,
@@ -121,14 +123,22 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 		return 1
 	}
 	eg.AddOwn(ln.Addr()) // a model endpoint naming the runner's API is refused
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	// No server-wide ReadTimeout: it would cut a stream and a long upload;
+	// a request body's stall is bounded per read (api.Config.ReadTimeout).
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: cfg.IdleTimeout}
+	limited = api.LimitConns(ln, maxConnections(cfg))
+	reserve := api.ReserveServer(limited, h)
+	reserved := make(chan struct{})
+	go func() { _ = reserve.Serve(limited.Reserve()); close(reserved) }()
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	log.Info("runner listening", logkey.Addr, ln.Addr().String(), "version", version)
+	go func() { errc <- srv.Serve(limited) }()
+	log.Info("runner listening", logkey.Addr, ln.Addr().String(), "version", version, "max_connections", maxConnections(cfg))
 
 	select {
 	case err := <-errc:
 		log.Error("server stopped", logkey.Error, err)
+		_ = reserve.Close()
+		<-reserved
 		return 1
 	case <-ctx.Done():
 	}
@@ -146,6 +156,8 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		log.Warn("shutdown", logkey.Error, err)
 	}
+	_ = reserve.Shutdown(sctx)
+	<-reserved
 	log.Info("runner stopped")
 	return 0
 }

@@ -42,6 +42,9 @@ type Config struct {
 	HistoryCacheBytes int
 	PingInterval      time.Duration
 	KillTimeout       time.Duration
+	// ReadTimeout is the longest a request body may stall (conns.go);
+	// 0: no deadline.
+	ReadTimeout time.Duration
 	// Health returns the extra /health fields (harnesses, providers …).
 	Health func() map[string]any
 	// Ready reports whether the replica takes new turns (nil: always).
@@ -117,6 +120,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			WriteError(w, http.StatusInternalServerError, "internal error")
 		}
 	}()
+	withBodyDeadline(w, r, h.cfg.ReadTimeout)
 	h.mux.ServeHTTP(&statusRecorder{ResponseWriter: w}, r)
 }
 

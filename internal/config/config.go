@@ -102,6 +102,17 @@ type Config struct {
 	MCPHostAllowlist []string
 	ShutdownTimeout  time.Duration
 	PingInterval     time.Duration
+	// The HTTP server's connections: IdleTimeout closes a keep-alive
+	// connection idle that long (AGENTA_RUNNER_HTTP_IDLE_TIMEOUT_MS);
+	// ReadTimeout is the longest a request body may stall, the deadline
+	// moving with every read so a long upload in progress is not cut
+	// (AGENTA_RUNNER_HTTP_READ_TIMEOUT_MS); MaxConnections caps the open
+	// connections, beyond which a request gets 503 and only /health and
+	// /ready are served from a small reserve (AGENTA_RUNNER_MAX_CONNECTIONS;
+	// 0, the default, is half the descriptor limit).
+	IdleTimeout    time.Duration
+	ReadTimeout    time.Duration
+	MaxConnections int
 	// MetricsAddr, when set, serves /metrics there without the token;
 	// otherwise /metrics is on the main port behind it.
 	MetricsAddr string
@@ -179,6 +190,9 @@ func Load(environ []string) (Config, []string, error) {
 		ShutdownTimeout:   l.ms("AGENTA_RUNNER_SHUTDOWN_TIMEOUT_MS", 10_000),
 		PingInterval:      l.ms("AGENTA_RUNNER_STREAM_PING_MS", 15_000),
 		MetricsAddr:       l.listenAddr("AGENTA_RUNNER_METRICS_ADDR"),
+		IdleTimeout:       l.ms("AGENTA_RUNNER_HTTP_IDLE_TIMEOUT_MS", 120_000),
+		ReadTimeout:       l.ms("AGENTA_RUNNER_HTTP_READ_TIMEOUT_MS", 30_000),
+		MaxConnections:    l.strictInt("AGENTA_RUNNER_MAX_CONNECTIONS", 0, 0, 1<<30),
 	}
 	c.HarnessDir = l.str("AGENTA_RUNNER_HARNESS_DIR", filepath.Join(c.DataDir, "harnesses"))
 	c.DatabaseConnectTimeout = l.ms("AGENTA_RUNNER_DATABASE_CONNECT_TIMEOUT_MS", 5_000)
