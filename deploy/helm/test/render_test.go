@@ -72,7 +72,11 @@ func render(t *testing.T, values ...string) map[string][]any {
 	}
 	args := []string{"template", "rel", "../runner", "--namespace", "agents"}
 	for _, v := range values {
-		args = append(args, "-f", v)
+		if strings.Contains(v, "=") {
+			args = append(args, "--set", v) // a value, not a file
+		} else {
+			args = append(args, "-f", v)
+		}
 	}
 	var out, errb bytes.Buffer
 	cmd := exec.Command(helm, args...)
@@ -207,8 +211,8 @@ func TestAgentaChartValues(t *testing.T) {
 func TestAgentaDocsValues(t *testing.T) {
 	objs := render(t, "agenta-docs-values.yaml")
 	spec, kind := podSpec(t, objs)
-	if kind != "Deployment" {
-		t.Errorf("Daytona only keeps no local state: want a Deployment, got %s", kind)
+	if kind != "StatefulSet" {
+		t.Errorf("Daytona only, but SQLite on the pod's volume: want a StatefulSet, got %s", kind)
 	}
 	cfg := config(objs)
 	want := map[string]string{
@@ -233,6 +237,45 @@ func TestAgentaDocsValues(t *testing.T) {
 	}
 	if len(objs["ServiceMonitor"]) != 1 {
 		t.Error("no ServiceMonitor")
+	}
+}
+
+// TestRolloutNeverSharesAReplicaID: no shape of the chart runs two pods
+// with one replica id: a fixed id only where Recreate stops the old pod
+// first, the pod's name otherwise; one volume (SQLite or local sandboxes)
+// is never rolled with a surge pod.
+func TestRolloutNeverSharesAReplicaID(t *testing.T) {
+	for _, values := range [][]string{
+		nil,
+		{"agenta-docs-values.yaml"},
+		{"agenta-docs-values.yaml", "agentRunner.workload=Deployment"},
+		{"agentRunner.workload=Deployment"},
+		{"agenta-docs-values.yaml", "agentRunner.databaseUrl=postgres://db/runner"},
+		{"agenta-chart-values.yaml"},
+	} {
+		t.Run(strings.Join(values, ","), func(t *testing.T) {
+			objs := render(t, values...)
+			spec, kind := podSpec(t, objs)
+			id := envVar(spec.Containers[0], "AGENTA_RUNNER_REPLICA_ID")
+			if id == nil {
+				t.Fatal("no AGENTA_RUNNER_REPLICA_ID")
+			}
+			fixed := id.ValueFrom == nil
+			sqlite := envVar(spec.Containers[0], "AGENTA_RUNNER_DATABASE_URL") == nil
+			if kind != "Deployment" {
+				if fixed {
+					t.Errorf("a %s with a fixed replica id %q: take the pod's stable name", kind, id.Value)
+				}
+				return
+			}
+			st := objs["Deployment"][0].(*appsv1.Deployment).Spec.Strategy
+			if fixed && st.Type != appsv1.RecreateDeploymentStrategyType {
+				t.Errorf("fixed replica id %q with a %s rollout: two pods hold one id", id.Value, st.Type)
+			}
+			if sqlite && st.Type != appsv1.RecreateDeploymentStrategyType {
+				t.Errorf("SQLite on one volume rolled %s: two runners on one database", st.Type)
+			}
+		})
 	}
 }
 

@@ -77,11 +77,17 @@ local
 {{- toYaml $d -}}
 {{- end -}}
 
+{{/* Non-empty when the store is SQLite on the pod's volume (no PostgreSQL). */}}
+{{- define "runner.sqlite" -}}
+{{- $r := .Values.agentRunner -}}
+{{- if not (or $r.databaseUrl (default dict $r.databaseUrlSecretRef).name) }}true{{ end -}}
+{{- end -}}
+
 {{- define "runner.workload" -}}
 {{- $r := .Values.agentRunner -}}
 {{- $w := default "auto" $r.workload -}}
 {{- if eq $w "auto" -}}
-{{- if and (include "runner.local" .) $r.persistence.enabled }}StatefulSet{{ else }}Deployment{{ end -}}
+{{- if and (or (include "runner.local" .) (include "runner.sqlite" .)) $r.persistence.enabled }}StatefulSet{{ else }}Deployment{{ end -}}
 {{- else if or (eq $w "Deployment") (eq $w "StatefulSet") -}}
 {{- $w -}}
 {{- else -}}
