@@ -69,3 +69,16 @@ func TestScrubberHoldsBackOnlyAKeyPrefix(t *testing.T) {
 		t.Errorf("string: %q", s)
 	}
 }
+
+// BenchmarkScrubBody streams an SSE-like body through the scrubber in
+// 4 KiB reads, as a model's answer arrives.
+func BenchmarkScrubBody(b *testing.B) {
+	sc := newScrubber([]*secret{{key: "sk-proj-0123456789abcdefghijklmnopqrstuvwxyz", placeholder: "runner-key-ph"}})
+	body := bytes.Repeat([]byte("data: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"some streamed words\"}}\n\n"), 1<<14)
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if _, err := io.Copy(io.Discard, sc.body(&http.Response{Body: &chunks{b: body, sizes: []int{4 << 10}}})); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
