@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/sandbox"
 )
 
 // errDraining refuses turns while the replica drains: the caller should
@@ -45,5 +46,21 @@ func (s *Service) Ready() error {
 	if stopping {
 		return errDraining
 	}
-	return s.health.state()
+	if err := s.health.state(); err != nil {
+		return err
+	}
+	if rd, ok := s.providers[s.cfg.DefaultProvider].(sandbox.Readier); ok {
+		if err := rd.Ready(); err != nil {
+			return errProviderUnready{err}
+		}
+	}
+	return nil
 }
+
+// errProviderUnready is the readiness error while the default provider
+// cannot serve a default turn.
+type errProviderUnready struct{ err error }
+
+func (e errProviderUnready) Error() string     { return e.err.Error() }
+func (e errProviderUnready) Unwrap() error     { return e.err }
+func (errProviderUnready) ReadyStatus() string { return "sandbox_unavailable" }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/sandbox"
+	"github.com/agentrunner/runner/internal/sandbox/local"
 )
 
 // TestRollingRestartOnPostgres: replica A drains for a restart while a
@@ -66,5 +68,28 @@ func TestRollingRestartOnPostgres(t *testing.T) {
 	turns, err := sb.ListTurns(t.Context(), sk("s"))
 	if err != nil || len(turns) != 3 || turns[1].Owner != "replica-a" || turns[2].Owner != "replica-b" {
 		t.Fatalf("ledger %+v %v", turns, err)
+	}
+}
+
+// unready is a provider that cannot serve a default turn here.
+type unready struct{ sandbox.Provider }
+
+func (unready) Ready() error { return errors.New("no /dev/net/tun") }
+
+// TestNotReadyWhileTheDefaultProviderCannotServe: readiness fails, naming
+// the provider's cause, while the default provider cannot run a default
+// turn (a pod without /dev/net/tun), so no load balancer sends it turns.
+func TestNotReadyWhileTheDefaultProviderCannotServe(t *testing.T) {
+	p, err := local.New(local.Config{Dir: filepath.Join(t.TempDir(), "sandboxes"), Isolation: "none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := newEnvWith(t, []sandbox.Provider{p}).svc.Ready(); err != nil {
+		t.Fatalf("a working provider: Ready() = %v", err)
+	}
+	err = newEnvWith(t, []sandbox.Provider{unready{p}}).svc.Ready()
+	var st interface{ ReadyStatus() string }
+	if err == nil || !strings.Contains(err.Error(), "no /dev/net/tun") || !errors.As(err, &st) || st.ReadyStatus() != "sandbox_unavailable" {
+		t.Fatalf("Ready() = %v", err)
 	}
 }

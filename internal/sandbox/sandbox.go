@@ -64,6 +64,14 @@ type Channeler interface {
 	RunnerPath() string
 }
 
+// Readier is a Provider that knows when it cannot serve a default turn
+// on this host (a local provider whose isolated network, the default
+// "on", cannot start): readiness reports it, naming the fix, so a load
+// balancer sends such a replica no turns.
+type Readier interface {
+	Ready() error
+}
+
 // Describer reports what a provider enforces, for /health and for
 // admission ("isolation": "bwrap" | "none" …).
 type Describer interface {

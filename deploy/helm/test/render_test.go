@@ -156,6 +156,14 @@ func TestDefaultValues(t *testing.T) {
 	if spec.HostUsers == nil || *spec.HostUsers {
 		t.Error("procMount Unmasked needs hostUsers: false")
 	}
+	// A default turn (network on) needs /dev/net/tun in the pod.
+	tun := false
+	for _, v := range spec.Volumes {
+		tun = tun || v.HostPath != nil && v.HostPath.Path == "/dev/net/tun"
+	}
+	if !tun {
+		t.Error("the default render gives the pod no /dev/net/tun: every default turn would be refused")
+	}
 	if cfg := config(objs); cfg["AGENTA_RUNNER_ENABLED_SANDBOX_PROVIDERS"] != "local" || cfg["AGENTA_RUNNER_METRICS_ADDR"] != "0.0.0.0:9464" {
 		t.Errorf("config %v", cfg)
 	}
@@ -290,6 +298,7 @@ func TestRefusals(t *testing.T) {
 		"agentRunner.provider=daytona":      "agentRunner.daytona.apiKey",
 		"agentRunner.workload=ReplicaSet":   "agentRunner.workload",
 		"agentRunner.providers.default=e2b": "not among the enabled providers",
+		"agentRunner.localSandbox.tun.hostPath=false": "agentRunner.localSandbox.tun.hostPath",
 	} {
 		out, err := exec.Command(helm, "template", "rel", "../runner", "--set", set).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), want) {

@@ -121,6 +121,7 @@ type Provider struct {
 var (
 	_ sandbox.Provider     = (*Provider)(nil)
 	_ sandbox.Describer    = (*Provider)(nil)
+	_ sandbox.Readier      = (*Provider)(nil)
 	_ sandbox.StateRemover = (*Provider)(nil)
 	_ sandbox.Sandbox      = (*Sandbox)(nil)
 )
@@ -199,6 +200,15 @@ func orDefault(v, def int) int {
 
 // Name implements sandbox.Provider.
 func (p *Provider) Name() string { return "local" }
+
+// Ready implements sandbox.Readier: a turn with the default network mode,
+// "on", is refused while the isolated network cannot start here.
+func (p *Provider) Ready() error {
+	if p.bw != nil && p.net == nil && p.netErr != nil {
+		return fmt.Errorf("local sandboxes cannot run the default network mode \"on\": %w (give the runner /dev/net/tun and slirp4netns — in Kubernetes the chart's agentRunner.localSandbox.tun —, or set AGENTA_RUNNER_LOCAL_NETWORK=host for development only)", p.netErr)
+	}
+	return nil
+}
 
 // Describe implements sandbox.Describer.
 func (p *Provider) Describe() map[string]any {

@@ -50,6 +50,10 @@ func TestNetworkOnFailsClosed(t *testing.T) {
 			if d := p.Describe()["network_on"]; !strings.HasPrefix(d.(string), "unavailable: ") {
 				t.Errorf("Describe network_on = %v", d)
 			}
+			// Readiness says so too, with the cause and the fix.
+			if err := p.Ready(); err == nil || !strings.Contains(err.Error(), tc.want[0]) || !strings.Contains(err.Error(), "/dev/net/tun") {
+				t.Errorf("Ready() = %v", err)
+			}
 			off := createSpec(t, p, sandbox.Spec{Network: sandbox.Network{Mode: "off"}})
 			if out, err := run(t, off, nil, "dial", "127.0.0.1:1"); err == nil {
 				t.Errorf("control: %q", out)

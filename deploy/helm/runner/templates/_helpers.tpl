@@ -129,6 +129,10 @@ key: token
 {{- if and (gt (int $r.replicas) 1) (not $r.databaseUrl) (not (default dict $r.databaseUrlSecretRef).name) -}}
 {{- fail "agentRunner.replicas > 1 needs a shared PostgreSQL: set agentRunner.databaseUrl or agentRunner.databaseUrlSecretRef (SQLite on one pod's volume cannot be shared)" -}}
 {{- end -}}
+{{- $tun := default dict $r.localSandbox.tun -}}
+{{- if and (include "runner.local" .) (not $tun.hostPath) (not (default dict $tun.resource).name) (ne (toString (default dict $r.env).AGENTA_RUNNER_LOCAL_NETWORK) "host") -}}
+{{- fail "the local provider's default network mode (on) needs /dev/net/tun in the pod: set agentRunner.localSandbox.tun.hostPath: true (the node's device) or agentRunner.localSandbox.tun.resource (a device plugin's, e.g. {name: squat.ai/tun}); or disable the local provider" -}}
+{{- end -}}
 {{- $d := include "runner.daytona" . | fromYaml -}}
 {{- if and (include "runner.daytonaOn" .) (not $d.apiKey) (not (default dict $d.apiKeySecretRef).name) -}}
 {{- fail "the daytona provider is enabled but has no API key: set agentRunner.daytona.apiKey or agentRunner.providers.daytona.apiKeySecretRef {name, key}" -}}
