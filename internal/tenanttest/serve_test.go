@@ -56,7 +56,7 @@ func buildAndRun(m *testing.M) int {
 // isolation is the local provider's isolation the suite attacks: bwrap,
 // as in production. RUNNER_TEST_BWRAP=1 (CI) makes a missing bwrap fail
 // the test instead of skipping it.
-func needBwrap(t *testing.T) {
+func needBwrap(t testing.TB) {
 	t.Helper()
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		if os.Getenv("RUNNER_TEST_BWRAP") == "1" {
@@ -84,7 +84,7 @@ type runner struct {
 // the fake harness, plus env (later entries win), and waits until /health
 // answers. The listening socket is opened here and passed in (socket
 // activation), so no port is raced for.
-func start(t *testing.T, env ...string) *runner {
+func start(t testing.TB, env ...string) *runner {
 	t.Helper()
 	return startWrapped(t, nil, env...)
 }
@@ -110,7 +110,7 @@ func startWrapped(t *testing.T, wrap []string, env ...string) *runner {
 	return r
 }
 
-func (r *runner) run(t *testing.T) {
+func (r *runner) run(t testing.TB) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -154,7 +154,7 @@ func (r *runner) run(t *testing.T) {
 }
 
 // stop sends SIGINT and waits for the runner to exit (SIGKILL after 30 s).
-func (r *runner) stop(t *testing.T) {
+func (r *runner) stop(t testing.TB) {
 	t.Helper()
 	if r.cmd == nil || r.cmd.Process == nil {
 		return
@@ -267,7 +267,7 @@ func (r *runner) call(t *testing.T, method, path string, body any) (int, []byte)
 	return resp.StatusCode, b
 }
 
-func (r *runner) do(t *testing.T, ctx context.Context, method, path string, body any, accept string) *http.Response {
+func (r *runner) do(t testing.TB, ctx context.Context, method, path string, body any, accept string) *http.Response {
 	t.Helper()
 	resp, err := http.DefaultClient.Do(r.request(t, ctx, method, path, body, accept))
 	if err != nil {

@@ -45,7 +45,7 @@ import (
 //	history                        says the prompts this session has seen
 //	usage <in> <out>               reports token usage in the prompt result
 //	update <json>                  sends a raw session/update
-//	flood <n>                      n message deltas
+//	flood <n> [bytes]              n message deltas of bytes each (default 1)
 //	mcp <server> <tool> <json>     calls a tool of a stdio MCP server from session/new
 //	stop <reason>                  ends the turn with this stopReason
 const Directives = "say think tool toolupdate permission sleep crash pid read write exec env connect connectunix http history images usage update flood mcp stop"
@@ -492,9 +492,12 @@ func (r *turn) do(verb, arg string) {
 	case "update":
 		r.a.update(id, json.RawMessage(arg))
 	case "flood":
-		n, _ := strconv.Atoi(arg)
-		for i := 0; i < n; i++ {
-			r.say("x")
+		count, size, _ := strings.Cut(arg, " ")
+		n, _ := strconv.Atoi(count)
+		b, _ := strconv.Atoi(size)
+		delta := strings.Repeat("x", max(b, 1))
+		for i := 0; i < n && r.ctx.Err() == nil; i++ {
+			r.say(delta)
 		}
 	case "mcp":
 		server, rest, _ := strings.Cut(arg, " ")
