@@ -8,6 +8,7 @@ package jsonrpc
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -28,9 +29,26 @@ const (
 	CodeAuthRequired   = -32000
 )
 
-// MaxLine caps one message; a harness replaying a long transcript can send
-// large lines, but not unbounded ones.
-const MaxLine = 64 << 20
+// DefaultMaxLine caps one message the peer sends unless WithMaxLine sets
+// another cap; a harness replaying a long transcript can send large
+// lines, but not unbounded ones.
+const DefaultMaxLine = 8 << 20
+
+// ErrLineTooLong ends a connection whose peer sent a line over its cap:
+// the line cannot be read in part, and skipping it could lose a response.
+var ErrLineTooLong = errors.New("line too long")
+
+// Option configures a Conn.
+type Option func(*Conn)
+
+// WithMaxLine caps one message the peer sends at n bytes (n > 0).
+func WithMaxLine(n int) Option {
+	return func(c *Conn) {
+		if n > 0 {
+			c.maxLine = n
+		}
+	}
+}
 
 // Error is a JSON-RPC error object.
 type Error struct {
@@ -81,6 +99,7 @@ var ErrClosed = errors.New("connection closed")
 type Conn struct {
 	w       io.Writer
 	handler Handler
+	maxLine int
 	ctx     context.Context
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -97,9 +116,12 @@ type Conn struct {
 
 // New starts reading r in a goroutine owned by the Conn; Close (or the end
 // of r) stops it.
-func New(r io.Reader, w io.Writer, h Handler) *Conn {
+func New(r io.Reader, w io.Writer, h Handler, opts ...Option) *Conn {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &Conn{w: w, handler: h, ctx: ctx, cancel: cancel, done: make(chan struct{}), pending: map[string]chan response{}}
+	c := &Conn{w: w, handler: h, maxLine: DefaultMaxLine, ctx: ctx, cancel: cancel, done: make(chan struct{}), pending: map[string]chan response{}}
+	for _, o := range opts {
+		o(c)
+	}
 	c.wg.Add(1)
 	go c.read(r)
 	return c
@@ -192,10 +214,13 @@ func (c *Conn) write(m message) error {
 
 func (c *Conn) read(r io.Reader) {
 	defer c.wg.Done()
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), MaxLine)
-	for sc.Scan() {
-		line := sc.Bytes()
+	lr := lineReader{r: bufio.NewReaderSize(r, 64<<10), max: c.maxLine}
+	var err error
+	for {
+		var line []byte
+		if line, err = lr.next(); err != nil {
+			break
+		}
 		if len(line) == 0 {
 			continue
 		}
@@ -222,10 +247,6 @@ func (c *Conn) read(r io.Reader) {
 				ch <- response{result: m.Result, err: m.Error}
 			}
 		}
-	}
-	err := sc.Err()
-	if err == nil {
-		err = io.EOF
 	}
 	c.mu.Lock()
 	c.err = err
@@ -267,4 +288,47 @@ func (c *Conn) serve(m message) {
 		}
 	}
 	_ = c.write(out)
+}
+
+// lineReader reads newline-terminated lines of at most max bytes. A line
+// longer than its buffer is gathered in memory of its own, dropped with
+// the line: one long line does not keep its size for the connection's
+// life, as a bufio.Scanner's buffer would.
+type lineReader struct {
+	r   *bufio.Reader
+	max int
+}
+
+// next returns the next line without its newline (valid until the next
+// call), io.EOF at the end, or ErrLineTooLong once a line passes max.
+func (lr *lineReader) next() ([]byte, error) {
+	chunk, err := lr.r.ReadSlice('\n')
+	if err == nil {
+		return lr.check(trimEOL(chunk))
+	}
+	var long []byte
+	for errors.Is(err, bufio.ErrBufferFull) {
+		if len(long)+len(chunk) > lr.max+1 { // +1: the newline may follow
+			return nil, fmt.Errorf("%w: more than %d bytes", ErrLineTooLong, lr.max)
+		}
+		long = append(long, chunk...)
+		chunk, err = lr.r.ReadSlice('\n')
+	}
+	long = append(long, chunk...)
+	if err != nil && (err != io.EOF || len(long) == 0) {
+		return nil, err
+	}
+	return lr.check(trimEOL(long))
+}
+
+func (lr *lineReader) check(line []byte) ([]byte, error) {
+	if len(line) > lr.max {
+		return nil, fmt.Errorf("%w: more than %d bytes", ErrLineTooLong, lr.max)
+	}
+	return line, nil
+}
+
+func trimEOL(b []byte) []byte {
+	b = bytes.TrimSuffix(b, []byte("\n"))
+	return bytes.TrimSuffix(b, []byte("\r"))
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"strings"
 	"sync"
 	"testing"
 
@@ -98,5 +99,42 @@ func TestUnknownMethodAndBadLines(t *testing.T) {
 	}
 	if diff := cmp.Diff(7, resp.ID); diff != "" || resp.Error.Code != jsonrpc.CodeMethodNotFound {
 		t.Fatalf("%+v", resp)
+	}
+}
+
+// TestLineCap: a line up to the cap is delivered whole, however much
+// longer than the reader's buffer; the first line over it ends the
+// connection with ErrLineTooLong, and a call waiting for a response
+// learns it, instead of the reader buffering whatever the peer sends.
+func TestLineCap(t *testing.T) {
+	const max = 200 << 10 // over the reader's 64 KiB buffer
+	var got []int
+	h := jsonrpc.HandlerFunc(func(ctx context.Context, method string, params json.RawMessage, notify bool) (any, error) {
+		var p struct {
+			S string `json:"s"`
+		}
+		_ = json.Unmarshal(params, &p)
+		got = append(got, len(p.S))
+		return nil, nil
+	})
+	r, w := io.Pipe()
+	c := jsonrpc.New(r, io.Discard, h, jsonrpc.WithMaxLine(max))
+	defer func() { w.Close(); c.Close() }()
+	note := func(n int) string {
+		return `{"jsonrpc":"2.0","method":"u","params":{"s":"` + strings.Repeat("x", n) + `"}}` + "\n"
+	}
+	fits := max - len(note(0)) + 1 // the newline is not counted
+	go func() {
+		_, _ = io.WriteString(w, note(fits))
+		_, _ = io.WriteString(w, note(fits+1))
+		_, _ = io.WriteString(w, note(1)) // never read
+	}()
+	err := c.Call(t.Context(), "prompt", nil, nil)
+	<-c.Done()
+	if !errors.Is(c.Err(), jsonrpc.ErrLineTooLong) || err == nil || !strings.Contains(err.Error(), "line too long") {
+		t.Fatalf("conn err %v, call err %v", c.Err(), err)
+	}
+	if diff := cmp.Diff([]int{fits}, got); diff != "" {
+		t.Fatalf("delivered (-want +got):\n%s", diff)
 	}
 }

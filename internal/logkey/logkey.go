@@ -21,4 +21,6 @@ const (
 	Credential = "credential"
 	Placement  = "placement"
 	Host       = "host"
+	// How many times something happened (logged once, not per line).
+	Count = "count"
 )

@@ -38,6 +38,10 @@ type Driver struct {
 	CancelGrace time.Duration
 	// InitTimeout bounds initialize + session/new (+ load).
 	InitTimeout time.Duration
+	// MaxLine caps one JSON-RPC line from the harness
+	// (AGENTA_RUNNER_MAX_EVENT_BYTES); 0 is jsonrpc.DefaultMaxLine. A
+	// longer line ends the session with an error naming the cap.
+	MaxLine int
 }
 
 var _ agent.Driver = (*Driver)(nil)
@@ -77,7 +81,7 @@ func (d *Driver) Open(ctx context.Context, sb sandbox.Sandbox, opts agent.Option
 		parked: map[string]*pendingPermission{},
 		wake:   make(chan struct{}, 1),
 	}
-	s.conn = jsonrpc.New(proc.Stdout(), proc.Stdin(), jsonrpc.HandlerFunc(s.handle))
+	s.conn = jsonrpc.New(proc.Stdout(), proc.Stdin(), jsonrpc.HandlerFunc(s.handle), jsonrpc.WithMaxLine(d.MaxLine))
 	s.exited = make(chan struct{})
 	go func() {
 		s.exitErr = proc.Wait()
@@ -129,6 +133,7 @@ type Session struct {
 	// cost is the session's cumulative cost as the harness last reported
 	// it (usage_update.cost.amount, ACP's running total for the session).
 	cost float64
+	foreign int // this turn's session/updates for another session id
 }
 
 type promptCall struct {
@@ -225,6 +230,11 @@ func (s *Session) configure(ctx context.Context, res sessionResult, opts agent.O
 // explain turns a transport failure into the harness's own story: its exit
 // status and the tail of its stderr.
 func (s *Session) explain(op string, err error) error {
+	if cerr := s.conn.Err(); errors.Is(cerr, jsonrpc.ErrLineTooLong) {
+		// The harness is alive and blocked on a pipe nobody reads: its
+		// exit would tell nothing.
+		return errdefs.With(errdefs.ErrTooLarge, fmt.Errorf("%s: harness %s sent a message over AGENTA_RUNNER_MAX_EVENT_BYTES (%w); raise it if the harness is legitimate", op, s.spec.Name, cerr))
+	}
 	select {
 	case <-s.exited:
 	case <-time.After(2 * time.Second):

@@ -26,6 +26,11 @@ func TestMain(m *testing.M) {
 
 func open(t *testing.T, opts agent.Options) (agent.Session, sandbox.Sandbox) {
 	t.Helper()
+	return openWith(t, &acp.Driver{ClientVersion: "test", CancelGrace: 2 * time.Second}, opts)
+}
+
+func openWith(t *testing.T, d *acp.Driver, opts agent.Options) (agent.Session, sandbox.Sandbox) {
+	t.Helper()
 	p, err := local.New(local.Config{Dir: t.TempDir(), Isolation: "none"})
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +43,6 @@ func open(t *testing.T, opts agent.Options) (agent.Session, sandbox.Sandbox) {
 	opts.Spec = agent.Spec{Name: "fake", Command: agenttest.Command()}
 	opts.Cwd = sb.Info().Workdir
 	opts.Env = append(opts.Env, "HOME="+sb.Info().Home, "PATH=/usr/bin:/bin")
-	d := &acp.Driver{ClientVersion: "test", CancelGrace: 2 * time.Second}
 	s, err := d.Open(t.Context(), sb, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -186,7 +186,12 @@ func (s *Session) endTurn() {
 	s.closeBlocksLocked()
 	s.call = nil
 	s.sink = nil
+	foreign := s.foreign
+	s.foreign = 0
 	s.mu.Unlock()
+	if foreign > 0 {
+		s.log.Warn("ignored session/update notifications addressed to another session", logkey.Count, foreign)
+	}
 }
 
 func (s *Session) closeBlocksLocked() {
@@ -225,6 +230,12 @@ func (s *Session) handle(ctx context.Context, method string, params json.RawMess
 		s.noteCostLocked(p.Update) // a load replay's too: it is the session's running total
 		if s.loading || s.sink == nil || s.mapper == nil {
 			return nil, nil // a load replay or between turns: not part of a turn
+		}
+		if p.SessionID != s.id {
+			// Not this turn's, whoever wrote it (a tool can write to the
+			// harness's stdout): counted, logged once at the turn's end.
+			s.foreign++
+			return nil, nil
 		}
 		for _, ev := range s.mapper.update(p.Update) {
 			s.sink(ev)
