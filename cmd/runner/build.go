@@ -235,6 +235,7 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 		Gateway:         gw,
 		Egress:          eg,
 		Limits:          runner.Limits{Total: cfg.RunTotalTimeout, TTFB: cfg.RunTTFBTimeout, Idle: cfg.RunIdleTimeout},
+		Caps:            runner.Caps{Output: cfg.MaxOutputBytes, Result: cfg.MaxResultBytes, TurnLog: cfg.MaxTurnLogBytes},
 		SecretRefusal:   refuse,
 		Tools:           tc,
 		Configure:       harnessConfigurer(cfg, environ),
@@ -243,7 +244,7 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 		Workdir:         cfg.Workdir,
 		Metrics:         obs,
 		Logger:          log,
-	}, providers, &acp.Driver{ClientVersion: version}, st)
+	}, providers, &acp.Driver{ClientVersion: version, MaxLine: cfg.MaxEventBytes}, st)
 }
 
 // baseEnv is what every harness inherits: where to find programs, and the

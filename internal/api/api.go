@@ -331,6 +331,7 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, turn *runner.Tu
 	out := openNDJSON(w)
 	stopPings := out.ping(h.cfg.PingInterval)
 	agenta := turn.Platform()
+	turn.Streamed() // the result below carries no events
 	res, _ := turn.Run(r.Context(), func(seq int64, ev wire.Event) {
 		if agenta && runnerOnly(ev) {
 			return

@@ -25,6 +25,15 @@ type Config struct {
 	ProjectTokens    map[string]string
 	ConcurrencyLimit int
 	MaxBodyBytes     int64
+	// MaxEventBytes caps one JSON-RPC line from a harness; MaxOutputBytes
+	// the assistant text a turn keeps (truncated past it, with a marker);
+	// MaxResultBytes the events a JSON result holds and MaxTurnLogBytes
+	// the harness's events one turn writes to the session log (the turn
+	// fails past any of these three).
+	MaxEventBytes   int
+	MaxOutputBytes  int
+	MaxResultBytes  int
+	MaxTurnLogBytes int
 	// HistoryCacheBytes bounds the decoded histories kept between turns
 	// (0: none).
 	HistoryCacheBytes int
@@ -159,6 +168,10 @@ func Load(environ []string) (Config, []string, error) {
 		Token:             l.str("AGENTA_RUNNER_TOKEN", ""),
 		ConcurrencyLimit:  l.strictInt("AGENTA_RUNNER_CONCURRENCY_LIMIT", 1000, 1, 1<<30),
 		MaxBodyBytes:      int64(l.strictInt("AGENTA_RUNNER_MAX_BODY_BYTES", 32<<20, 1024, 1<<31-1)),
+		MaxEventBytes:     l.strictInt("AGENTA_RUNNER_MAX_EVENT_BYTES", 8<<20, 64<<10, 1<<30),
+		MaxOutputBytes:    l.strictInt("AGENTA_RUNNER_MAX_OUTPUT_BYTES", 4<<20, 1024, 1<<30),
+		MaxResultBytes:    l.strictInt("AGENTA_RUNNER_MAX_RESULT_BYTES", 16<<20, 64<<10, 1<<30),
+		MaxTurnLogBytes:   l.strictInt("AGENTA_RUNNER_MAX_TURN_LOG_BYTES", 64<<20, 64<<10, 1<<31-1),
 		HistoryCacheBytes: l.strictInt("AGENTA_RUNNER_HISTORY_CACHE_BYTES", 16<<20, 0, 1<<31-1),
 		DataDir:           l.str("AGENTA_RUNNER_DATA_DIR", defaultDataDir(getenv)),
 		ReplicaID:         l.str("AGENTA_RUNNER_REPLICA_ID", ""),

@@ -76,6 +76,8 @@ type Config struct {
 	ModelForwardAddr string
 	// Limits bound every turn; zero fields disable a limit.
 	Limits Limits
+	// Caps bound what a turn holds (caps.go); zero fields take defaults.
+	Caps Caps
 	// Tools serves customTools; its zero value refuses them.
 	Tools ToolsConfig
 	// Configure, if set, generates each harness's own configuration from
@@ -178,6 +180,7 @@ func New(cfg Config, providers []sandbox.Provider, driver agent.Driver, st store
 	if cfg.TeardownTimeout <= 0 {
 		cfg.TeardownTimeout = 10 * time.Second
 	}
+	cfg.Caps = cfg.Caps.withDefaults()
 	if cfg.HistoryMaxChars <= 0 {
 		cfg.HistoryMaxChars = 100_000
 	}
@@ -334,6 +337,11 @@ func (s *Service) Start(ctx context.Context, req *wire.Request) (*Turn, error) {
 
 // Turn is an admitted turn.
 type Turn struct{ t *turn }
+
+// Streamed tells the turn, before Run, that its caller streams the
+// events and drops the result's list: the turn then keeps none of the
+// text, so its memory does not grow with the harness's output.
+func (r *Turn) Streamed() { r.t.streamed = true }
 
 // Run runs the turn (Service.Run's contract).
 func (r *Turn) Run(ctx context.Context, sink Sink) (wire.Result, error) {

@@ -77,12 +77,20 @@ type turn struct {
 	// the turn moved to a fresh sandbox (fallback.go).
 	heard    atomic.Int64
 	fellBack bool
+	// streamed is set when the caller streams the events and drops the
+	// result's list (Turn.Streamed); capped once a cap ended the turn
+	// (caps.go).
+	streamed bool
+	capped   atomic.Bool
 
 	// mu guards the following: events arrive on the harness's reader.
-	mu     sync.Mutex
-	seq    int64
-	output strings.Builder
-	events []wire.Event
+	mu        sync.Mutex
+	seq       int64
+	output    []byte // the assistant text, append-only (caps.go)
+	outputCut bool   // output reached its cap
+	events    []wire.Event
+	kept      int // about the bytes of events
+	logged    int // about the bytes of the harness's events in the log
 }
 
 func (t *turn) waitDone(ctx context.Context) {
@@ -101,7 +109,7 @@ func (t *turn) lastSeq() int64 {
 func (t *turn) outputText() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.output.String()
+	return t.outputLocked()
 }
 
 func (t *turn) eventList() []wire.Event {
@@ -119,12 +127,19 @@ func (t *turn) emit(ev wire.Event) {
 // fromHarness is the sink of the harness's own events: they, and not
 // the runner's, show the harness is alive to the run limits.
 func (t *turn) fromHarness(ev wire.Event) {
+	if t.capped.Load() {
+		return // the turn is ending; the harness is told to stop
+	}
 	t.heard.Add(1)
 	if t.watch != nil {
 		t.watch.touch()
 	}
 	t.meterEvent(ev)
 	t.plan.renders.hint(&ev)
+	if err := t.admit(&ev); err != nil {
+		t.trip(err)
+		return
+	}
 	t.emit(ev)
 }
 
@@ -133,11 +148,11 @@ func (t *turn) fromHarness(ev wire.Event) {
 func (t *turn) record(ev wire.Event, live bool) {
 	t.mu.Lock()
 	if ev.Type == wire.EventMessageDelta {
-		t.output.WriteString(ev.Delta)
+		t.writeOutputLocked(ev.Delta)
 	}
 	var seq int64
 	if !ev.Transient && live {
-		t.events = append(t.events, ev)
+		t.keepLocked(ev)
 	}
 	if live && t.observers != nil {
 		t.observeEvent(ev)
