@@ -132,7 +132,7 @@ type Session struct {
 	loading bool
 	// cost is the session's cumulative cost as the harness last reported
 	// it (usage_update.cost.amount, ACP's running total for the session).
-	cost float64
+	cost    float64
 	foreign int // this turn's session/updates for another session id
 }
 
