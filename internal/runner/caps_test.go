@@ -33,7 +33,7 @@ func TestOutputCapTruncatesWithMarker(t *testing.T) {
 	if streamed != 3000 || len(res.Messages) != 1 || res.Messages[0].Content != res.Output {
 		t.Fatalf("streamed %d bytes; messages %d", streamed, len(res.Messages))
 	}
-	evs, err := e.st.ReadEvents(t.Context(), "s1", 0, 0)
+	evs, err := e.st.ReadEvents(t.Context(), sk("s1"), 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestTurnLogCapFailsTurn(t *testing.T) {
 	if err == nil || !errors.Is(err, errdefs.ErrExhausted) || !strings.Contains(res.Error, "AGENTA_RUNNER_MAX_TURN_LOG_BYTES") {
 		t.Fatalf("err %v, result error %q", err, res.Error)
 	}
-	evs, err := e.st.ReadEvents(t.Context(), "s1", 0, 0)
+	evs, err := e.st.ReadEvents(t.Context(), sk("s1"), 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,6 @@ import (
 	"maps"
 	"path"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
