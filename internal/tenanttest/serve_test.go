@@ -90,7 +90,7 @@ func start(t testing.TB, env ...string) *runner {
 }
 
 // startWrapped is start with runner serve run as wrap... runner serve.
-func startWrapped(t *testing.T, wrap []string, env ...string) *runner {
+func startWrapped(t testing.TB, wrap []string, env ...string) *runner {
 	t.Helper()
 	dir := t.TempDir()
 	r := &runner{DataDir: filepath.Join(dir, "data"), Home: filepath.Join(dir, "home"), log: &syncBuffer{}, wrap: wrap}
@@ -277,7 +277,7 @@ func (r *runner) do(t testing.TB, ctx context.Context, method, path string, body
 }
 
 // request is an authenticated request with a JSON body (nil for none).
-func (r *runner) request(t *testing.T, ctx context.Context, method, path string, body any, accept string) *http.Request {
+func (r *runner) request(t testing.TB, ctx context.Context, method, path string, body any, accept string) *http.Request {
 	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
