@@ -13,18 +13,21 @@ import (
 // appenders) and inserts the events numbered from it, so the numbers are
 // gapless.
 func (s *Store) AppendEvents(ctx context.Context, k store.SessionKey, evs []store.Event) (int64, error) {
-	turns := make([]int32, len(evs))
-	ats := make([]int64, len(evs))
-	data := make([]string, len(evs))
-	for i, e := range evs {
-		b, err := json.Marshal(e.Event)
-		if err != nil {
-			return 0, fmt.Errorf("append events %s: %w", k, err)
-		}
-		turns[i], ats[i], data[i] = int32(e.TurnIndex), ms(e.Time), string(b)
+	args, err := appendArgs(k, evs)
+	if err != nil {
+		return 0, err
 	}
 	var last int64
-	err := s.db.QueryRow(ctx, `
+	err = s.db.QueryRow(ctx, sqlAppendEvents, args...).Scan(&last)
+	if err != nil {
+		return 0, fmt.Errorf("append events %s: %w", k, notFound(err))
+	}
+	return last, nil
+}
+
+// sqlAppendEvents bumps the session's last_seq and inserts the events
+// numbered from it; no row when the session does not exist.
+const sqlAppendEvents = `
 WITH s AS (
 	UPDATE sessions SET last_seq = last_seq + cardinality($2::int[]) WHERE project_id = $5 AND id = $1 RETURNING last_seq
 ), ins AS (
@@ -32,11 +35,21 @@ WITH s AS (
 	SELECT $5, $1, s.last_seq - cardinality($2::int[]) + e.n, e.turn_index, e.at, e.event::json
 	FROM s, unnest($2::int[], $3::bigint[], $4::text[]) WITH ORDINALITY AS e (turn_index, at, event, n)
 )
-SELECT last_seq FROM s`, k.SessionID, turns, ats, data, k.ProjectID).Scan(&last)
-	if err != nil {
-		return 0, fmt.Errorf("append events %s: %w", k, notFound(err))
+SELECT last_seq FROM s`
+
+// appendArgs are sqlAppendEvents' arguments for evs.
+func appendArgs(k store.SessionKey, evs []store.Event) ([]any, error) {
+	turns := make([]int32, len(evs))
+	ats := make([]int64, len(evs))
+	data := make([]string, len(evs))
+	for i, e := range evs {
+		b, err := json.Marshal(e.Event)
+		if err != nil {
+			return nil, fmt.Errorf("append events %s: %w", k, err)
+		}
+		turns[i], ats[i], data[i] = int32(e.TurnIndex), ms(e.Time), string(b)
 	}
-	return last, nil
+	return []any{k.SessionID, turns, ats, data, k.ProjectID}, nil
 }
 
 // ReadEvents implements store.Events.

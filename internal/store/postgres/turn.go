@@ -28,22 +28,45 @@ func scanTurn(r scanner) (store.Turn, error) {
 	return t, err
 }
 
-// BeginTurn implements store.Turns. One statement: the session update
-// (which also locks the session row) and the insert commit together.
-func (s *Store) BeginTurn(ctx context.Context, t store.Turn) (store.Turn, error) {
-	if err := t.ValidateBegin(); err != nil {
-		return store.Turn{}, err
-	}
-	out, err := scanTurn(s.db.QueryRow(ctx, `
+// The turn ledger's statements, shared with the TurnWriter's batches.
+const (
+	// sqlBeginTurn: the session update (which also locks the session
+	// row) and the insert in one statement; no row when the session does
+	// not exist.
+	sqlBeginTurn = `
 WITH s AS (
 	UPDATE sessions SET last_turn_index = GREATEST(last_turn_index, $2), updated_at = $10
 	WHERE project_id = $12 AND id = $1 RETURNING project_id, id
 )
-INSERT INTO turns (`+turnCols+`)
+INSERT INTO turns (` + turnCols + `)
 SELECT s.project_id, s.id, $2, $3, $4, $5, $6, $7, $8, $9, 0, 0, 0, 0, 0, '', '', $11 FROM s
-RETURNING `+turnCols,
-		t.SessionID, t.Index, t.TurnID, t.Harness, t.AgentSessionID, t.SandboxProvider,
-		t.SandboxID, string(store.TurnRunning), ms(t.StartedAt), nowMS(), t.Owner, t.ProjectID))
+RETURNING ` + turnCols
+	// sqlEndTurn: no row when the turn is missing or already ended.
+	sqlEndTurn = `UPDATE turns SET
+	status = $3, ended_at = $4, input_tokens = $5, output_tokens = $6, total_tokens = $7, cost = $8,
+	stop_reason = $9, error = $10, agent_session_id = $11, sandbox_provider = $12, sandbox_id = $13
+WHERE project_id = $14 AND session_id = $1 AND turn_index = $2 AND status IN ('running', 'paused')
+RETURNING ` + turnCols
+	sqlTurnStatus = `SELECT status FROM turns WHERE project_id = $1 AND session_id = $2 AND turn_index = $3`
+)
+
+func beginArgs(t store.Turn) []any {
+	return []any{t.SessionID, t.Index, t.TurnID, t.Harness, t.AgentSessionID, t.SandboxProvider,
+		t.SandboxID, string(store.TurnRunning), ms(t.StartedAt), nowMS(), t.Owner, t.ProjectID}
+}
+
+func endArgs(t store.Turn) []any {
+	return []any{t.SessionID, t.Index,
+		string(t.Status), ms(t.EndedAt), t.Usage.Input, t.Usage.Output, t.Usage.Total, t.Usage.Cost,
+		t.StopReason, t.Error, t.AgentSessionID, t.SandboxProvider, t.SandboxID, t.ProjectID}
+}
+
+// BeginTurn implements store.Turns, in one statement (sqlBeginTurn).
+func (s *Store) BeginTurn(ctx context.Context, t store.Turn) (store.Turn, error) {
+	if err := t.ValidateBegin(); err != nil {
+		return store.Turn{}, err
+	}
+	out, err := scanTurn(s.db.QueryRow(ctx, sqlBeginTurn, beginArgs(t)...))
 	if isUnique(err) {
 		err = errdefs.ErrConflict
 	}
@@ -58,14 +81,7 @@ func (s *Store) EndTurn(ctx context.Context, t store.Turn) (store.Turn, error) {
 	if err := t.ValidateEnd(); err != nil {
 		return store.Turn{}, err
 	}
-	out, err := scanTurn(s.db.QueryRow(ctx, `UPDATE turns SET
-	status = $3, ended_at = $4, input_tokens = $5, output_tokens = $6, total_tokens = $7, cost = $8,
-	stop_reason = $9, error = $10, agent_session_id = $11, sandbox_provider = $12, sandbox_id = $13
-WHERE project_id = $14 AND session_id = $1 AND turn_index = $2 AND status IN ('running', 'paused')
-RETURNING `+turnCols,
-		t.SessionID, t.Index,
-		string(t.Status), ms(t.EndedAt), t.Usage.Input, t.Usage.Output, t.Usage.Total, t.Usage.Cost,
-		t.StopReason, t.Error, t.AgentSessionID, t.SandboxProvider, t.SandboxID, t.ProjectID))
+	out, err := scanTurn(s.db.QueryRow(ctx, sqlEndTurn, endArgs(t)...))
 	if err == nil {
 		return out, nil
 	}
@@ -73,8 +89,7 @@ RETURNING `+turnCols,
 		// Tell a missing turn from one that has already ended; an ended
 		// turn never runs again, so no transaction is needed.
 		var status string
-		err = s.db.QueryRow(ctx, `SELECT status FROM turns WHERE project_id = $1 AND session_id = $2 AND turn_index = $3`,
-			t.ProjectID, t.SessionID, t.Index).Scan(&status)
+		err = s.db.QueryRow(ctx, sqlTurnStatus, t.ProjectID, t.SessionID, t.Index).Scan(&status)
 		if err == nil {
 			err = fmt.Errorf("already %s: %w", status, errdefs.ErrConflict)
 		}
