@@ -104,3 +104,17 @@ func (r boundedRows) Close() {
 }
 
 func (r boundedRows) Err() error { return stalled(r.ctx, r.Rows.Err()) }
+
+// sendBatch sends b in one round trip, run by the server as one implicit
+// transaction (an error in any statement rolls back every one), and
+// hands its results to read, in order.
+func (b bounded) sendBatch(ctx context.Context, batch *pgx.Batch, read func(pgx.BatchResults) error) error {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
+	br := b.pool.SendBatch(ctx, batch)
+	err := read(br)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return stalled(ctx, err)
+}
