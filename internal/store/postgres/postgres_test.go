@@ -40,3 +40,8 @@ func TestConformance(t *testing.T) {
 func BenchmarkAppendEvents(b *testing.B) {
 	storetest.Bench(b, func(b *testing.B) store.Store { return open(b, newSchema(b)) })
 }
+
+// BenchmarkWriteTurn is a warm turn's commit (storetest.BenchWriteTurn).
+func BenchmarkWriteTurn(b *testing.B) {
+	storetest.BenchWriteTurn(b, func(b *testing.B) store.Store { return open(b, newSchema(b)) })
+}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/store"
@@ -59,34 +58,7 @@ func TestAppendAfterClose(t *testing.T) {
 	}
 }
 
-// BenchmarkWriteTurn is a warm turn's one commit: its begin, the nine
-// events a short text turn logs, and its outcome.
+// BenchmarkWriteTurn is a warm turn's commit (storetest.BenchWriteTurn).
 func BenchmarkWriteTurn(b *testing.B) {
-	st := open(b)
-	ctx := b.Context()
-	if _, err := st.PutSession(ctx, store.Session{ID: "s", Status: store.SessionActive}); err != nil {
-		b.Fatal(err)
-	}
-	evs := []store.Event{
-		{Event: wire.Event{Type: wire.EventMessage, Role: "user", Text: "hello 1"}},
-		{Event: wire.Event{Type: wire.EventData, Name: "agent-session", Data: []byte(`{"agentSessionId":"a","mode":"warm","sandbox":"local-1"}`)}},
-		{Event: wire.Event{Type: wire.EventMessageStart, ID: "m1"}},
-		{Event: wire.Event{Type: wire.EventMessageDelta, ID: "m1", Delta: "echo: "}},
-		{Event: wire.Event{Type: wire.EventMessageDelta, ID: "m1", Delta: "hello 1"}},
-		{Event: wire.Event{Type: wire.EventMessageDelta, ID: "m1", Delta: "."}},
-		{Event: wire.Event{Type: wire.EventMessageEnd, ID: "m1"}},
-		{Event: wire.Event{Type: wire.EventMessage, Role: "assistant", Text: "echo: hello 1."}},
-		{Event: wire.Event{Type: wire.EventDone, StopReason: "end_turn"}},
-	}
-	i := 0
-	for b.Loop() {
-		i++
-		now := time.Now()
-		begin := store.Turn{SessionID: "s", Index: i, Harness: "fake", StartedAt: now, Owner: "r"}
-		end := begin
-		end.Status, end.EndedAt, end.StopReason = store.TurnCompleted, now, "end_turn"
-		if _, _, err := st.WriteTurnWithEvents(ctx, begin, evs, end); err != nil {
-			b.Fatal(err)
-		}
-	}
+	storetest.BenchWriteTurn(b, func(b *testing.B) store.Store { return open(b) })
 }

@@ -51,6 +51,61 @@ func Bench(b *testing.B, open func(b *testing.B) store.Store) {
 	}
 }
 
+// BenchWriteTurn measures a warm turn's ledger and log writes: its begin,
+// the nine events a short text turn logs, and its outcome. one: in one
+// TurnWriter.WriteTurnWithEvents (skipped without one); apart: BeginTurn,
+// then EndTurn and AppendEvents, as for a store without it.
+func BenchWriteTurn(b *testing.B, open func(b *testing.B) store.Store) {
+	evs := []store.Event{
+		{Event: wire.Event{Type: wire.EventMessage, Role: "user", Text: "hello 1"}},
+		{Event: wire.Event{Type: wire.EventData, Name: "agent-session", Data: []byte(`{"agentSessionId":"a","mode":"warm","sandbox":"local-1"}`)}},
+		{Event: wire.Event{Type: wire.EventMessageStart, ID: "m1"}},
+		{Event: wire.Event{Type: wire.EventMessageDelta, ID: "m1", Delta: "echo: "}},
+		{Event: wire.Event{Type: wire.EventMessageDelta, ID: "m1", Delta: "hello 1"}},
+		{Event: wire.Event{Type: wire.EventMessageDelta, ID: "m1", Delta: "."}},
+		{Event: wire.Event{Type: wire.EventMessageEnd, ID: "m1"}},
+		{Event: wire.Event{Type: wire.EventMessage, Role: "assistant", Text: "echo: hello 1."}},
+		{Event: wire.Event{Type: wire.EventDone, StopReason: "end_turn"}},
+	}
+	run := func(b *testing.B, write func(st store.Store, begin, end store.Turn) error) {
+		st := open(b)
+		session := newBenchSession(b, st, "s")
+		i := 0
+		for b.Loop() {
+			i++
+			now := time.Now()
+			begin := store.Turn{ProjectID: session.ProjectID, SessionID: session.SessionID, Index: i, Harness: "fake", StartedAt: now, Owner: "r"}
+			end := begin
+			end.Status, end.EndedAt, end.StopReason = store.TurnCompleted, now, "end_turn"
+			if err := write(st, begin, end); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("one", func(b *testing.B) {
+		run(b, func(st store.Store, begin, end store.Turn) error {
+			tw, ok := st.(store.TurnWriter)
+			if !ok {
+				b.Skip("the store has no TurnWriter")
+			}
+			_, _, err := tw.WriteTurnWithEvents(b.Context(), begin, evs, end)
+			return err
+		})
+	})
+	b.Run("apart", func(b *testing.B) {
+		run(b, func(st store.Store, begin, end store.Turn) error {
+			if _, err := st.BeginTurn(b.Context(), begin); err != nil {
+				return err
+			}
+			if _, err := st.EndTurn(b.Context(), end); err != nil {
+				return err
+			}
+			_, err := st.AppendEvents(b.Context(), begin.Key(), evs)
+			return err
+		})
+	})
+}
+
 func newBenchSession(b *testing.B, st store.Store, id string) store.SessionKey {
 	if _, err := st.PutSession(b.Context(), store.Session{ID: id, Status: store.SessionActive}); err != nil {
 		b.Fatal(err)
