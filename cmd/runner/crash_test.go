@@ -30,10 +30,12 @@ func buildRunner(t testing.TB, tags ...string) string {
 	return bin
 }
 
-func startServe(t *testing.T, bin string, env []string) *exec.Cmd {
+// startServe starts bin serve on the socket sock (socket activation).
+func startServe(t *testing.T, bin string, sock *os.File, env []string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(bin, "serve")
-	cmd.Env = env
+	cmd.Env = append(append([]string(nil), env...), "LISTEN_FDS=1")
+	cmd.ExtraFiles = []*os.File{sock}
 	cmd.Stderr = &prefixWriter{t: t}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -62,11 +64,10 @@ func TestKill9MidTurnThenRestart(t *testing.T) {
 	}
 	bin := buildRunner(t)
 	data := t.TempDir()
-	port := freePort(t)
-	base := "http://127.0.0.1:" + strconv.Itoa(port)
-	env := append(testEnv(t, "AGENTA_RUNNER_TOKEN="+testToken, "AGENTA_RUNNER_PORT="+strconv.Itoa(port)), "AGENTA_RUNNER_DATA_DIR="+data)
+	sock, base := testSocket(t)
+	env := append(testEnv(t, "AGENTA_RUNNER_TOKEN="+testToken), "AGENTA_RUNNER_DATA_DIR="+data)
 
-	first := startServe(t, bin, env)
+	first := startServe(t, bin, sock, env)
 	waitHealthy(t, base)
 	body := `{"harness":"fake","sessionId":"crash","projectId":"p","messages":[{"role":"user","content":"say remember the word ferret\npid\nsleep 1h"}]}`
 	resp := post(t, base+"/stream", body)
@@ -85,7 +86,7 @@ func TestKill9MidTurnThenRestart(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 
-	startServe(t, bin, env)
+	startServe(t, bin, sock, env)
 	waitHealthy(t, base)
 	var sess struct {
 		Turns []struct {

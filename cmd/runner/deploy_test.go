@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"regexp"
@@ -48,10 +49,9 @@ func sample(exposition, series string) float64 {
 // counts the turns served: cold then warm, a tool call and an approval
 // decision, the first-event latency, the warm pool.
 func TestMetricsAfterTurns(t *testing.T) {
-	port := freePort(t)
-	env := testEnv(t, "AGENTA_RUNNER_TOKEN="+testToken, "AGENTA_RUNNER_PORT="+strconv.Itoa(port))
-	base := "http://127.0.0.1:" + strconv.Itoa(port)
-	stop := serveInTest(t, env)
+	ln, base := testListener(t)
+	env := testEnv(t, "AGENTA_RUNNER_TOKEN="+testToken)
+	stop := serveInTest(t, ln, env)
 	defer stop()
 	waitHealthy(t, base)
 
@@ -96,16 +96,16 @@ func TestMetricsAfterTurns(t *testing.T) {
 // TestMetricsOnTheirOwnAddress: AGENTA_RUNNER_METRICS_ADDR serves
 // /metrics there without the token, and not on the main port.
 func TestMetricsOnTheirOwnAddress(t *testing.T) {
-	port, mport := freePort(t), freePort(t)
-	env := testEnv(t, "AGENTA_RUNNER_TOKEN="+testToken, "AGENTA_RUNNER_PORT="+strconv.Itoa(port),
-		"AGENTA_RUNNER_METRICS_ADDR=127.0.0.1:"+strconv.Itoa(mport))
-	stop := serveInTest(t, env)
+	ln, base := testListener(t)
+	mln, mbase := testListener(t)
+	env := testEnv(t, "AGENTA_RUNNER_TOKEN="+testToken, "AGENTA_RUNNER_METRICS_ADDR="+mln.Addr().String())
+	stop := serveInTest(t, ln, env, mln)
 	defer stop()
-	waitHealthy(t, "http://127.0.0.1:"+strconv.Itoa(port))
-	if code, text := scrape(t, "http://127.0.0.1:"+strconv.Itoa(mport)+"/metrics", ""); code != 200 || !strings.Contains(text, "agenta_runner_turns_in_flight 0") {
+	waitHealthy(t, base)
+	if code, text := scrape(t, mbase+"/metrics", ""); code != 200 || !strings.Contains(text, "agenta_runner_turns_in_flight 0") {
 		t.Fatalf("metrics address: %d %.300s", code, text)
 	}
-	if code, _ := scrape(t, "http://127.0.0.1:"+strconv.Itoa(port)+"/metrics", testToken); code != http.StatusNotFound {
+	if code, _ := scrape(t, base+"/metrics", testToken); code != http.StatusNotFound {
 		t.Fatalf("/metrics on the main port while a metrics address is set: %d, want 404", code)
 	}
 }
@@ -114,10 +114,9 @@ func TestMetricsOnTheirOwnAddress(t *testing.T) {
 // turns with 503 naming the reason, lets the turn in flight finish (not
 // cancelled) and then exits.
 func TestGracefulDrain(t *testing.T) {
-	port := freePort(t)
-	env := testEnv(t, "AGENTA_RUNNER_TOKEN="+testToken, "AGENTA_RUNNER_PORT="+strconv.Itoa(port), "AGENTA_RUNNER_SHUTDOWN_TIMEOUT_MS=20000")
-	base := "http://127.0.0.1:" + strconv.Itoa(port)
-	stop := serveInTest(t, env)
+	ln, base := testListener(t)
+	env := testEnv(t, "AGENTA_RUNNER_TOKEN="+testToken, "AGENTA_RUNNER_SHUTDOWN_TIMEOUT_MS=20000")
+	stop := serveInTest(t, ln, env)
 	defer stop()
 	waitHealthy(t, base)
 	if resp, err := http.Get(base + "/ready"); err != nil || resp.StatusCode != 200 {
@@ -190,12 +189,15 @@ func waitStatus(t *testing.T, url string, want int) {
 // serveInTest runs `runner serve` in the test process; the returned stop
 // is SIGTERM (the context signal.NotifyContext cancels) and returns the
 // exit code. It is safe to call more than once.
-func serveInTest(t *testing.T, env []string) (stop func() int) {
+func serveInTest(t *testing.T, ln net.Listener, env []string, metrics ...net.Listener) (stop func() int) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
+	for _, m := range metrics {
+		ctx = withMetricsListener(ctx, m)
+	}
 	var stderr syncBuffer
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"serve"}, env, nil, io.Discard, &stderr) }()
+	go func() { done <- run(withListener(ctx, ln), []string{"serve"}, env, nil, io.Discard, &stderr) }()
 	var once sync.Once
 	code := 0
 	stop = func() int {

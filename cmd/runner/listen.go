@@ -20,6 +20,15 @@ func withListener(ctx context.Context, ln net.Listener) context.Context {
 	return context.WithValue(ctx, listenerKey{}, ln)
 }
 
+// metricsListenerKey carries the listener of AGENTA_RUNNER_METRICS_ADDR
+// in a context, as listenerKey does the main one.
+type metricsListenerKey struct{}
+
+// withMetricsListener returns ctx carrying ln for the metrics endpoint.
+func withMetricsListener(ctx context.Context, ln net.Listener) context.Context {
+	return context.WithValue(ctx, metricsListenerKey{}, ln)
+}
+
 // listener is what serve accepts on: a listener passed in ctx, else one
 // passed by the parent process as systemd socket activation does
 // (LISTEN_FDS=1, the socket as fd 3; LISTEN_PID, when set, must be this

@@ -38,14 +38,32 @@ func TestMain(m *testing.M) {
 
 const testToken = "cmd-test-token-0123456789"
 
-func freePort(t *testing.T) int {
-	t.Helper()
+// testListener opens the socket an in-process serve accepts on: pass it
+// with withListener (serve closes it), so no port is picked, freed and
+// raced for. base is its URL.
+func testListener(tb testing.TB) (ln net.Listener, base string) {
+	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	tb.Cleanup(func() { ln.Close() }) // for a serve that never took it
+	return ln, "http://" + ln.Addr().String()
+}
+
+// testSocket is testListener for a serve process: the socket as a file
+// to pass as fd 3 with LISTEN_FDS=1 (socket activation); it stays open
+// in this process, so a restarted runner gets the same one.
+func testSocket(tb testing.TB) (f *os.File, base string) {
+	tb.Helper()
+	ln, base := testListener(tb)
+	f, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ln.Close() // f holds the socket
+	tb.Cleanup(func() { f.Close() })
+	return f, base
 }
 
 func testEnv(t *testing.T, extra ...string) []string {
@@ -76,14 +94,13 @@ func TestServeReportsEveryConfigProblem(t *testing.T) {
 }
 
 func TestServeTurnAndShutdown(t *testing.T) {
-	port := freePort(t)
+	ln, base := testListener(t)
 	// The turn sleeps past the drain: shutdown cancels it.
-	env := testEnv(t, "AGENTA_RUNNER_TOKEN="+testToken, "AGENTA_RUNNER_PORT="+strconv.Itoa(port), "AGENTA_RUNNER_SHUTDOWN_TIMEOUT_MS=300")
+	env := testEnv(t, "AGENTA_RUNNER_TOKEN="+testToken, "AGENTA_RUNNER_SHUTDOWN_TIMEOUT_MS=300")
 	ctx, cancel := context.WithCancel(t.Context())
 	var stderr syncBuffer
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"serve"}, env, nil, io.Discard, &stderr) }()
-	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	go func() { done <- run(withListener(ctx, ln), []string{"serve"}, env, nil, io.Discard, &stderr) }()
 	waitHealthy(t, base)
 
 	var hout, herr bytes.Buffer

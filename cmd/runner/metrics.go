@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,13 +20,16 @@ import (
 // when AGENTA_RUNNER_METRICS_ADDR is set (for a scraper inside the
 // cluster network), else as a route on the main port behind the token.
 // It returns the routes to add to the main handler and a stop function.
-func metricsEndpoint(cfg config.Config, m *prom.Metrics, eg *egress.Policy, log *slog.Logger) ([]api.Route, func(), error) {
+func metricsEndpoint(ctx context.Context, cfg config.Config, m *prom.Metrics, eg *egress.Policy, log *slog.Logger) ([]api.Route, func(), error) {
 	if cfg.MetricsAddr == "" {
 		return []api.Route{{Pattern: "GET /metrics", Handler: m.Handler()}}, func() {}, nil
 	}
-	ln, err := net.Listen("tcp", cfg.MetricsAddr)
-	if err != nil {
-		return nil, nil, fmt.Errorf("metrics listen on %s: %w (set AGENTA_RUNNER_METRICS_ADDR)", cfg.MetricsAddr, err)
+	ln, ok := ctx.Value(metricsListenerKey{}).(net.Listener)
+	if !ok {
+		var err error
+		if ln, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
+			return nil, nil, fmt.Errorf("metrics listen on %s: %w (set AGENTA_RUNNER_METRICS_ADDR)", cfg.MetricsAddr, err)
+		}
 	}
 	eg.AddOwn(ln.Addr()) // never a destination for a sandbox
 	mux := http.NewServeMux()

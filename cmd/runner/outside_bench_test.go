@@ -50,9 +50,9 @@ func benchIsolation(b *testing.B) string {
 // until /health answers.
 func startBenchServe(b *testing.B, bin string, env ...string) *benchServe {
 	b.Helper()
-	port := listenPort(b)
+	sock, base := testSocket(b)
 	dir := b.TempDir()
-	s := &benchServe{base: "http://127.0.0.1:" + strconv.Itoa(port), log: filepath.Join(dir, "serve.log")}
+	s := &benchServe{base: base, log: filepath.Join(dir, "serve.log")}
 	logf, err := os.Create(s.log)
 	if err != nil {
 		b.Fatal(err)
@@ -63,8 +63,8 @@ func startBenchServe(b *testing.B, bin string, env ...string) *benchServe {
 		"HOME=" + filepath.Join(dir, "home"),
 		"AGENTA_RUNNER_DATA_DIR=" + filepath.Join(dir, "data"),
 		"AGENTA_RUNNER_TOKEN=" + testToken,
-		"AGENTA_RUNNER_PORT=" + strconv.Itoa(port),
-	}, env...)
+	}, append(env, "LISTEN_FDS=1")...)
+	s.cmd.ExtraFiles = []*os.File{sock}
 	s.cmd.Stderr, s.cmd.Stdout = logf, logf
 	if err := s.cmd.Start(); err != nil {
 		b.Fatal(err)

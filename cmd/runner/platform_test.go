@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -38,31 +37,26 @@ type platformServe struct {
 
 func startPlatformRunner(t *testing.T, extra ...string) *platformServe {
 	t.Helper()
-	// A free port can be taken by another test between freePort and the
-	// runner's bind: then the runner exits saying so, and we try another.
-	for attempt := 1; ; attempt++ {
-		r, stderr, exited := servePlatformRunner(t, freePort(t), extra...)
-		if !exited {
-			return r
-		}
-		if attempt == 3 || !strings.Contains(stderr, "address already in use") {
-			t.Fatalf("runner serve exited at start:\n%s", stderr)
-		}
+	r, stderr, exited := servePlatformRunner(t, extra...)
+	if exited {
+		t.Fatalf("runner serve exited at start:\n%s", stderr)
 	}
+	return r
 }
 
-// servePlatformRunner starts `runner serve` on port and waits until it is
-// healthy, or has exited (then with its stderr).
-func servePlatformRunner(t *testing.T, port int, extra ...string) (*platformServe, string, bool) {
+// servePlatformRunner starts `runner serve` on a listener it opens and
+// waits until it is healthy, or has exited (then with its stderr).
+func servePlatformRunner(t *testing.T, extra ...string) (*platformServe, string, bool) {
 	t.Helper()
-	env := testEnv(t, append([]string{"AGENTA_RUNNER_TOKEN=" + testToken, "AGENTA_RUNNER_PORT=" + strconv.Itoa(port),
+	ln, base := testListener(t)
+	env := testEnv(t, append([]string{"AGENTA_RUNNER_TOKEN=" + testToken,
 		"AGENTA_RUNNER_PLATFORM_HEARTBEAT_MS=50"}, extra...)...)
 	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
 	var stderr syncBuffer
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		run(ctx, []string{"serve"}, env, nil, io.Discard, &stderr)
+		run(withListener(ctx, ln), []string{"serve"}, env, nil, io.Discard, &stderr)
 	}()
 	var once sync.Once
 	stop := func() {
@@ -77,7 +71,6 @@ func servePlatformRunner(t *testing.T, port int, extra ...string) (*platformServ
 			t.Logf("runner log (%s):\n%s", env[len(env)-1], stderr.String())
 		}
 	})
-	base := "http://127.0.0.1:" + strconv.Itoa(port)
 	deadline := time.Now().Add(time.Minute)
 	for {
 		resp, err := http.Get(base + "/health")

@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -246,7 +245,7 @@ type runningServe struct {
 
 func startRealServe(t testing.TB, ctx context.Context, harnessDir, data string, extra ...string) *runningServe {
 	t.Helper()
-	port := listenPort(t)
+	ln, base := testListener(t)
 	env := append([]string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + t.TempDir(),
@@ -255,11 +254,10 @@ func startRealServe(t testing.TB, ctx context.Context, harnessDir, data string, 
 		"AGENTA_RUNNER_LOCAL_ISOLATION=none",
 		"AGENTA_RUNNER_LOG_LEVEL=warn",
 		"AGENTA_RUNNER_TOKEN=" + testToken,
-		"AGENTA_RUNNER_PORT=" + strconv.Itoa(port),
 	}, extra...)
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	rs := &runningServe{base: "http://127.0.0.1:" + strconv.Itoa(port), cancel: cancel, done: make(chan int, 1), stderr: &syncBuffer{}}
-	go func() { rs.done <- run(sctx, []string{"serve"}, env, nil, io.Discard, rs.stderr) }()
+	rs := &runningServe{base: base, cancel: cancel, done: make(chan int, 1), stderr: &syncBuffer{}}
+	go func() { rs.done <- run(withListener(sctx, ln), []string{"serve"}, env, nil, io.Discard, rs.stderr) }()
 	t.Cleanup(func() { rs.stop(t) })
 	waitReady(t, ctx, rs)
 	return rs

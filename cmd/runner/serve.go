@@ -79,7 +79,7 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 	}
 	defer closeStore()
 	m.Watch(svc)
-	routes, stopMetrics, err := metricsEndpoint(cfg, m, eg, log)
+	routes, stopMetrics, err := metricsEndpoint(ctx, cfg, m, eg, log)
 	if err != nil {
 		fmt.Fprintln(stderr, "runner:", err)
 		return 1

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -362,23 +363,24 @@ func dataDir(env []string) string {
 	return ""
 }
 
-// serveInProcess runs `runner serve` in this process on a free port and
+// serveInProcess runs `runner serve` in this process on a listener it opens and
 // returns its base URL and the environment that reaches it.
 func serveInProcess(t *testing.T) (string, []string) {
 	t.Helper()
-	port := freePort(t)
-	env := testEnv(t, "AGENTA_RUNNER_TOKEN="+testToken, "AGENTA_RUNNER_PORT="+strconv.Itoa(port))
+	ln, base := testListener(t)
+	// The port names the listener to the CLI, which finds the service
+	// there; serve itself takes the listener.
+	env := testEnv(t, "AGENTA_RUNNER_TOKEN="+testToken, "AGENTA_RUNNER_PORT="+strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	var stderr syncBuffer
-	go func() { done <- run(ctx, []string{"serve"}, env, nil, io.Discard, &stderr) }()
+	go func() { done <- run(withListener(ctx, ln), []string{"serve"}, env, nil, io.Discard, &stderr) }()
 	t.Cleanup(func() {
 		cancel()
 		if code := <-done; code != 0 {
 			t.Errorf("serve exited %d: %s", code, stderr.String())
 		}
 	})
-	base := "http://127.0.0.1:" + strconv.Itoa(port)
 	waitHealthy(t, base)
 	return base, env
 }
