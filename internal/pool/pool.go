@@ -29,6 +29,11 @@ const (
 	ReasonSessionIncompat   = "session-incompatible"
 	ReasonKill              = "kill"
 	ReasonFailedTurn        = "failed-turn"
+	// ReasonSetupFailed: a new sandbox failed before its harness ran
+	// (files, workspace, the harness's start), which may be the sandbox's
+	// own doing; it is deleted, while a failed turn's sandbox, which
+	// holds what the agent installed, is parked.
+	ReasonSetupFailed = "setup-failed"
 	ReasonAborted           = "aborted"
 	ReasonShutdownIdle      = "shutdown-idle"
 	ReasonShutdownInFlight  = "shutdown-in-flight"
@@ -41,7 +46,7 @@ const (
 func Parkable(reason string) bool {
 	switch reason {
 	case ReasonIdleExpiry, ReasonApprovalExpiry, ReasonEvicted, ReasonContinuityInvalid,
-		ReasonSessionIncompat, ReasonShutdownIdle, ReasonCleanResumable:
+		ReasonSessionIncompat, ReasonShutdownIdle, ReasonCleanResumable, ReasonFailedTurn:
 		return true
 	}
 	return false

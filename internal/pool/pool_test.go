@@ -144,7 +144,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 func TestParkable(t *testing.T) {
 	for reason, want := range map[string]bool{
 		pool.ReasonIdleExpiry: true, pool.ReasonCleanResumable: true, pool.ReasonContinuityInvalid: true,
-		pool.ReasonKill: false, pool.ReasonFailedTurn: false, pool.ReasonRuntimeChanged: false, "something-new": false,
+		pool.ReasonKill: false, pool.ReasonFailedTurn: true, pool.ReasonSetupFailed: false, pool.ReasonRuntimeChanged: false, "something-new": false,
 	} {
 		if got := pool.Parkable(reason); got != want {
 			t.Errorf("Parkable(%q) = %v", reason, got)

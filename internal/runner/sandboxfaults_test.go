@@ -180,3 +180,29 @@ func TestTTFBNamesTheModelEndpoint(t *testing.T) {
 		t.Fatalf("err %v, want the TTFB limit naming the model endpoint (without its query)", err)
 	}
 }
+
+// TestDaytonaFailedTurnParksTheSandbox: a turn that fails (here its
+// harness crashes) stops its Daytona sandbox instead of deleting it, so
+// what the agent installed outside the workspace is there for the next
+// turn, which resumes that same sandbox; /kill still deletes.
+func TestDaytonaFailedTurnParksTheSandbox(t *testing.T) {
+	fake := daytonatest.New(t, daytonatest.Options{})
+	e := newRemoteEnv(t, fake, nil)
+	e.turn(t, req{session: "s", messages: []string{"exec mkdir -p ~/.cache && echo installed > ~/.cache/pkg"}}.wire())
+	id := sandboxOf(t, e, "s")
+	if res, err := e.svc.Run(t.Context(), req{session: "s", messages: []string{"crash 4"}}.wire(), func(int64, wire.Event) {}); err == nil || res.OK {
+		t.Fatalf("the crashing turn succeeded: %+v", res)
+	}
+	if got := fake.Count(routeDelete); got != 0 {
+		t.Fatalf("the failed turn deleted its sandbox (%d deletes)", got)
+	}
+	if st, ok := fake.Sandbox(id); !ok || st.State != "stopped" {
+		t.Fatalf("sandbox %s after the failed turn: %+v (present %v), want stopped", id, st, ok)
+	}
+	next := e.turn(t, req{session: "s", messages: []string{"exec cat ~/.cache/pkg"}}.wire())
+	if !next.res.OK || !strings.Contains(next.res.Output, "installed") || sandboxOf(t, e, "s") != id || fake.Count(routeCreate) != 1 {
+		t.Fatalf("next turn: ok %v sandbox %s (was %s) creates %d out %q", next.res.OK, sandboxOf(t, e, "s"), id, fake.Count(routeCreate), next.res.Output)
+	}
+	e.svc.Kill(t.Context(), "s", "p")
+	waitFor(t, func() bool { return fake.Count(routeDelete) == 1 })
+}

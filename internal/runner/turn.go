@@ -514,7 +514,7 @@ func (t *turn) cold(ctx context.Context, prior []wire.Message) (*live, error) {
 	t.svc.recordSandbox(info, t.key, store.SandboxRunning)
 
 	fail := func(err error) (*live, error) {
-		lv.release(context.WithoutCancel(ctx), t.svc, pool.ReasonFailedTurn)
+		lv.release(context.WithoutCancel(ctx), t.svc, pool.ReasonSetupFailed)
 		return nil, err
 	}
 	if err := t.acquireWorkspace(ctx, lv); err != nil { // durable.go
@@ -713,12 +713,17 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 		t.svc.park(t.key, lv, status == store.TurnPaused, until, t.stored)
 		return
 	}
+	// A failed turn's sandbox is parked, not deleted: it holds what the
+	// agent installed outside the workspace (packages, caches), which the
+	// failure did not spoil — unless the sandbox itself is what failed.
 	reason := pool.ReasonFailedTurn
 	switch {
 	case err == nil && status == store.TurnCompleted:
 		reason = pool.ReasonCleanResumable
 	case status == store.TurnCancelled:
 		reason = pool.ReasonAborted
+	case errors.Is(err, sandbox.ErrGone):
+		reason = reasonSandboxGone
 	}
 	lv.release(ctx, t.svc, reason)
 	t.svc.releaseLease(t.key)
