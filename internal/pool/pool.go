@@ -33,12 +33,12 @@ const (
 	// (files, workspace, the harness's start), which may be the sandbox's
 	// own doing; it is deleted, while a failed turn's sandbox, which
 	// holds what the agent installed, is parked.
-	ReasonSetupFailed = "setup-failed"
-	ReasonAborted           = "aborted"
-	ReasonShutdownIdle      = "shutdown-idle"
-	ReasonShutdownInFlight  = "shutdown-in-flight"
-	ReasonDeleted           = "session-deleted"
-	ReasonCleanResumable    = "clean-resumable"
+	ReasonSetupFailed      = "setup-failed"
+	ReasonAborted          = "aborted"
+	ReasonShutdownIdle     = "shutdown-idle"
+	ReasonShutdownInFlight = "shutdown-in-flight"
+	ReasonDeleted          = "session-deleted"
+	ReasonCleanResumable   = "clean-resumable"
 )
 
 // Parkable says whether a teardown reason allows parking the sandbox
