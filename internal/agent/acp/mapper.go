@@ -2,6 +2,7 @@ package acp
 
 import (
 	"encoding/json"
+	"hash/fnv"
 	"strconv"
 	"strings"
 
@@ -16,15 +17,67 @@ type mapper struct {
 	openID   string
 	blockSeq int
 	tools    map[string]*toolState
+	retained int // bytes of names and inputs the tools hold
 }
 
 type toolState struct {
 	name     string
-	input    json.RawMessage
+	input    json.RawMessage // nil once finished, or past the budget
+	inputSum uint64          // of the last input, to tell new arguments
 	finished bool
 }
 
+// A turn's tool states are bounded whatever the harness sends: finished
+// calls drop their input, the names and inputs kept stay within
+// maxRetained (past it a call's state keeps neither), and past maxTools
+// states the finished ones, then any, are forgotten. A forgotten call
+// that reappears is taken for a new one (a tool_call before its result).
+const (
+	maxTools    = 4096
+	maxRetained = 8 << 20
+)
+
 func newMapper() *mapper { return &mapper{tools: map[string]*toolState{}} }
+
+// state is the call's state, made (within maxTools) when first seen.
+func (m *mapper) state(id string) (st *toolState, seen bool) {
+	if st, ok := m.tools[id]; ok {
+		return st, true
+	}
+	if len(m.tools) >= maxTools {
+		for _, finishedOnly := range []bool{true, false} {
+			for k, old := range m.tools {
+				if len(m.tools) < maxTools/2 {
+					break
+				}
+				if old.finished || !finishedOnly {
+					m.retained -= len(old.name) + len(old.input)
+					delete(m.tools, k)
+				}
+			}
+		}
+	}
+	st = &toolState{}
+	m.tools[id] = st
+	return st, false
+}
+
+// keep sets the call's name and input within the budget.
+func (m *mapper) keep(st *toolState, name string, input json.RawMessage) {
+	m.retained -= len(st.name) + len(st.input)
+	st.name, st.input = "", nil
+	if m.retained+len(name)+len(input) > maxRetained {
+		return
+	}
+	st.name, st.input = name, input
+	m.retained += len(name) + len(input)
+}
+
+func inputSum(b []byte) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write(b)
+	return h.Sum64() | 1 // never 0, which is "no input yet"
+}
 
 type update struct {
 	SessionUpdate string          `json:"sessionUpdate"`
@@ -109,30 +162,29 @@ func (m *mapper) close() []wire.Event {
 
 func (m *mapper) toolCall(u update, initial bool) []wire.Event {
 	var out []wire.Event
-	st, seen := m.tools[u.ToolCallID]
-	if !seen {
-		st = &toolState{}
-		m.tools[u.ToolCallID] = st
+	st, seen := m.state(u.ToolCallID)
+	name, input := st.name, st.input
+	if u.Title != "" && (name == "" || initial) {
+		name = u.Title
 	}
 	grew := false
-	if u.Title != "" && (st.name == "" || initial) {
-		st.name = u.Title
+	if len(u.RawInput) > 0 && string(u.RawInput) != "null" {
+		if sum := inputSum(u.RawInput); sum != st.inputSum {
+			st.inputSum, input, grew = sum, u.RawInput, true
+		}
 	}
-	if len(u.RawInput) > 0 && string(u.RawInput) != "null" && string(u.RawInput) != string(st.input) {
-		st.input = u.RawInput
-		grew = true
-	}
+	m.keep(st, name, input)
 	// A tool_call, a tool_call_update with new arguments, or an update
 	// for a call never announced (Gemini does this) yields a tool_call.
 	if initial || grew || !seen {
-		input := st.input
 		if len(input) == 0 {
 			input = json.RawMessage("{}")
 		}
-		out = append(out, wire.Event{Type: wire.EventToolCall, ID: u.ToolCallID, Name: st.name, Input: input})
+		out = append(out, wire.Event{Type: wire.EventToolCall, ID: u.ToolCallID, Name: name, Input: input})
 	}
 	if (u.Status == "completed" || u.Status == "failed") && !st.finished {
 		st.finished = true
+		m.keep(st, st.name, nil) // a finished call is asked nothing more
 		out = append(out, wire.ToolResultEvent(u.ToolCallID, toolOutput(u), rawOrNil(u.RawOutput), u.Status == "failed"))
 	}
 	return out

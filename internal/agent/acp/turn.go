@@ -322,12 +322,9 @@ func (s *Session) closeTool(toolCallID string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.mapper != nil && toolCallID != "" {
-		st, ok := s.mapper.tools[toolCallID]
-		if !ok {
-			st = &toolState{}
-			s.mapper.tools[toolCallID] = st
-		}
+		st, _ := s.mapper.state(toolCallID)
 		st.finished = true
+		s.mapper.keep(st, st.name, nil)
 	}
 }
 
