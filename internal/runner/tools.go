@@ -49,8 +49,22 @@ func (s *Service) checkTools(p *plan) error {
 			}
 		}
 	}
-	if pm := p.req.Permissions; pm != nil && p.harness.spec.NoPermissions && (pm.Default == "ask" || pm.Default == "deny" || len(pm.Rules) > 0) {
-		return errdefs.Unprocessablef("permissions: harness %q never asks permission before running its tools, so permissions.default=%q and rules cannot be enforced on it; use a harness that asks (claude, codex, gemini, opencode) or permissions.default \"allow\"", p.harness.spec.Name, pm.Default)
+	if p.harness.spec.NoPermissions {
+		// Nothing it runs passes the runner first, so every policy but
+		// "allow" would run unenforced: refused, the default included.
+		policy, rules := "allow_reads", 0
+		if pm := p.req.Permissions; pm != nil {
+			if pm.Default != "" {
+				policy = pm.Default
+			}
+			rules = len(pm.Rules)
+		}
+		if s.cfg.DenyAllPermissions {
+			policy = "deny (AGENTA_RUNNER_DENY_ALL_PERMISSIONS)"
+		}
+		if policy != "allow" || rules > 0 {
+			return errdefs.Unprocessablef("permissions: harness %q runs its tools without asking the runner, so permissions.default=%q (the default is allow_reads: read-like tools allowed, the rest ask) and permission rules cannot be enforced on it; set permissions.default \"allow\" to run it with every tool allowed, or use a harness that asks (claude, codex, gemini, opencode)", p.harness.spec.Name, policy)
+		}
 	}
 	if len(p.req.MCPServers) > 0 && p.harness.spec.NoMCP {
 		return errdefs.Unprocessablef("mcpServers: harness %q does not take MCP servers", p.harness.spec.Name)

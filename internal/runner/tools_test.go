@@ -158,9 +158,13 @@ func TestPolicyOnAHarnessThatNeverAsks(t *testing.T) {
 		c.Harnesses["pi_like"] = s
 	})
 	w := req{session: "s", harness: "pi_like", messages: []string{"hi"}}.wire()
-	w.Permissions = &wire.Permissions{Default: "ask"}
-	if _, err := e.svc.Run(t.Context(), w, nil); err == nil || !strings.Contains(err.Error(), "cannot be enforced") {
-		t.Fatalf("ask on a harness without permissions: %v", err)
+	// Every policy but allow, the default (none sent) included, would run
+	// unenforced: refused, naming it.
+	for _, pm := range []*wire.Permissions{nil, {}, {Default: "allow_reads"}, {Default: "ask"}, {Default: "deny"}, {Default: "allow", Rules: []wire.PermissionRule{{}}}} {
+		w.Permissions = pm
+		if _, err := e.svc.Run(t.Context(), w, nil); err == nil || !strings.Contains(err.Error(), "cannot be enforced") || !strings.Contains(err.Error(), `permissions.default "allow"`) {
+			t.Fatalf("permissions %+v on a harness that never asks: %v", pm, err)
+		}
 	}
 	w.Permissions = &wire.Permissions{Default: "allow"}
 	if _, err := e.svc.Run(t.Context(), w, nil); err != nil {
