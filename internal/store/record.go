@@ -261,3 +261,18 @@ func (e *LeaseError) Error() string {
 }
 
 func (e *LeaseError) Unwrap() error { return errdefs.ErrConflict }
+
+// Resume is the state a paused turn resumes from (Resumes).
+type Resume struct {
+	ProjectID string
+	SessionID string
+	// Request is the paused turn's request, JSON, without its secrets.
+	Request []byte
+	// Secrets is set when the request carried secrets that were not
+	// stored: a resume needs them from memory or from a new request.
+	Secrets   bool
+	CreatedAt time.Time
+}
+
+// Key is the resume's session key.
+func (r Resume) Key() SessionKey { return SessionKey{ProjectID: r.ProjectID, SessionID: r.SessionID} }

@@ -153,3 +153,19 @@ type Leases interface {
 	// wrapping ErrNotFound.
 	GetLease(ctx context.Context, k SessionKey) (Lease, error)
 }
+
+// Resumes is an optional ability of a Store: what a turn paused for a
+// person's approval needs to resume, kept durably so that an answer after
+// a restart still resumes it. One record per session: a newer pause
+// replaces it.
+type Resumes interface {
+	// PutResume creates or replaces the session's record. An unknown
+	// session is ErrNotFound.
+	PutResume(ctx context.Context, r Resume) error
+	// GetResume returns the session's record, or an error wrapping
+	// ErrNotFound.
+	GetResume(ctx context.Context, k SessionKey) (Resume, error)
+	// DeleteResume removes the session's record; a missing one is not an
+	// error.
+	DeleteResume(ctx context.Context, k SessionKey) error
+}

@@ -118,6 +118,18 @@ ALTER TABLE leases ADD PRIMARY KEY (project_id, session_id);
 DROP INDEX sessions_updated;
 CREATE INDEX sessions_updated ON sessions (updated_at DESC, id, project_id);
 `,
+	// 3: a paused turn's resume state (store.Resumes), one row per
+	// session, so that an approval answered after a restart resumes it.
+	`
+CREATE TABLE resumes (
+	project_id TEXT NOT NULL,
+	session_id TEXT NOT NULL,
+	request    BYTEA NOT NULL,
+	secrets    BOOLEAN NOT NULL,
+	created_at BIGINT NOT NULL,
+	PRIMARY KEY (project_id, session_id)
+);
+`,
 }
 
 // migrate brings the database to len(migs), in one transaction, holding

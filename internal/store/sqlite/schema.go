@@ -178,6 +178,18 @@ UPDATE sandboxes SET project_id = COALESCE((SELECT project_id FROM sessions WHER
 ALTER TABLE secrets ADD COLUMN project_id TEXT NOT NULL DEFAULT '';
 UPDATE secrets SET project_id = COALESCE((SELECT project_id FROM sessions WHERE id = secrets.session_id), '');
 `,
+	// 3: a paused turn's resume state (store.Resumes), one row per
+	// session, so that an approval answered after a restart resumes it.
+	`
+CREATE TABLE resumes (
+	project_id TEXT NOT NULL,
+	session_id TEXT NOT NULL,
+	request    BLOB NOT NULL,
+	secrets    INTEGER NOT NULL,
+	created_at INTEGER NOT NULL,
+	PRIMARY KEY (project_id, session_id)
+) STRICT;
+`,
 }
 
 // migrate brings db to len(migs), in one transaction. It refuses a

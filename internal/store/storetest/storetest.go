@@ -32,6 +32,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Leases", testLeases},
 		{"LeaseRace", testLeaseRace},
 		{"Cancelled", testCancelled},
+		{"Resumes", testResumes},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
