@@ -34,6 +34,11 @@ const (
 // lines, but not unbounded ones.
 const DefaultMaxLine = 8 << 20
 
+// MaxInflight bounds the peer's requests served at once (each holds a
+// goroutine, and a permission request may wait for a person): past it a
+// request is answered at once with an error, whatever the peer sends.
+const MaxInflight = 256
+
 // ErrLineTooLong ends a connection whose peer sent a line over its cap:
 // the line cannot be read in part, and skipping it could lose a response.
 var ErrLineTooLong = errors.New("line too long")
@@ -108,10 +113,11 @@ type Conn struct {
 	wmu sync.Mutex // serialises writes of whole lines
 
 	// mu guards the following.
-	mu      sync.Mutex
-	nextID  int64
-	pending map[string]chan response
-	err     error
+	mu       sync.Mutex
+	nextID   int64
+	pending  map[string]chan response
+	err      error
+	inflight int // the peer's requests being served
 }
 
 // New starts reading r in a goroutine owned by the Conn; Close (or the end
@@ -232,6 +238,16 @@ func (c *Conn) read(r io.Reader) {
 		}
 		switch {
 		case m.Method != "" && len(m.ID) > 0:
+			c.mu.Lock()
+			busy := c.inflight >= MaxInflight
+			if !busy {
+				c.inflight++
+			}
+			c.mu.Unlock()
+			if busy {
+				_ = c.write(message{JSONRPC: "2.0", ID: m.ID, Error: &Error{Code: CodeInternal, Message: fmt.Sprintf("more than %d requests in flight; wait for their answers", MaxInflight)}})
+				continue
+			}
 			c.wg.Add(1)
 			go c.serve(m)
 		case m.Method != "":
@@ -263,6 +279,11 @@ func (c *Conn) read(r io.Reader) {
 
 func (c *Conn) serve(m message) {
 	defer c.wg.Done()
+	defer func() {
+		c.mu.Lock()
+		c.inflight--
+		c.mu.Unlock()
+	}()
 	var (
 		res any
 		err error

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/agentrunner/runner/internal/jsonrpc"
 	"github.com/google/go-cmp/cmp"
@@ -136,5 +138,72 @@ func TestLineCap(t *testing.T) {
 	}
 	if diff := cmp.Diff([]int{fits}, got); diff != "" {
 		t.Fatalf("delivered (-want +got):\n%s", diff)
+	}
+}
+
+// TestInflightCap: a peer that sends requests without waiting for their
+// answers gets at most MaxInflight served at once (each holds a
+// goroutine while, say, a permission waits for a person); the rest are
+// answered at once with an error, and the served ones still answer.
+func TestInflightCap(t *testing.T) {
+	const sent = jsonrpc.MaxInflight + 44
+	release := make(chan struct{})
+	var mu sync.Mutex
+	running, refused, answered := 0, 0, 0
+	h := jsonrpc.HandlerFunc(func(ctx context.Context, method string, params json.RawMessage, notify bool) (any, error) {
+		mu.Lock()
+		running++
+		mu.Unlock()
+		<-release
+		return "ok", nil
+	})
+	r, w := io.Pipe()
+	out, outW := io.Pipe()
+	c := jsonrpc.New(r, outW, h)
+	defer func() { w.Close(); c.Close() }()
+	go func() {
+		for i := range sent {
+			_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":`+strconv.Itoa(i)+`,"method":"session/request_permission"}`+"\n")
+		}
+	}()
+	decoded := make(chan struct{})
+	go func() {
+		defer close(decoded)
+		dec := json.NewDecoder(out)
+		for range sent {
+			var resp struct {
+				Error *jsonrpc.Error `json:"error"`
+			}
+			if err := dec.Decode(&resp); err != nil {
+				return
+			}
+			mu.Lock()
+			if resp.Error != nil && strings.Contains(resp.Error.Message, "in flight") {
+				refused++
+			} else if resp.Error == nil {
+				answered++
+			}
+			mu.Unlock()
+		}
+	}()
+	// Every request is either being served or refused, soon.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+		mu.Lock()
+		n := running + refused
+		mu.Unlock()
+		if n == sent || time.Now().After(deadline) {
+			break
+		}
+	}
+	mu.Lock()
+	served, refusedNow := running, refused
+	mu.Unlock()
+	close(release)
+	if served != jsonrpc.MaxInflight || refusedNow != sent-jsonrpc.MaxInflight {
+		t.Fatalf("%d served at once, %d refused, of %d", served, refusedNow, sent)
+	}
+	<-decoded
+	if answered != jsonrpc.MaxInflight {
+		t.Fatalf("%d of the served requests answered", answered)
 	}
 }
