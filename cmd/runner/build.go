@@ -311,6 +311,8 @@ func newLocal(cfg config.Config, eg *egress.Policy, log *slog.Logger) (*local.Pr
 		MemoryMB:    limit(cfg.LocalMemoryMB),
 		Pids:        limit(cfg.LocalPids),
 		CPUs:        cpus,
+		DiskMB:      limit(cfg.LocalDiskMB),
+		ReserveMB:   limit(cfg.DiskReserveMB),
 		ProxyBridge: []string{exe, "sandbox-proxy-bridge"},
 		SandboxUID:  cfg.LocalUID,
 		SandboxGID:  cfg.LocalGID,

@@ -63,7 +63,7 @@ func newEnvIsolated(t testing.TB, isolation string, opts ...option) *env {
 // newEnvObserved is newEnvIsolated with turn observers (the platform mirror).
 func newEnvObserved(t testing.TB, isolation string, observers []runner.Observer, opts ...option) *env {
 	t.Helper()
-	p, err := local.New(local.Config{Dir: t.TempDir(), Isolation: isolation, MemoryMB: local.NoLimit, Pids: local.NoLimit, CPUs: local.NoLimit})
+	p, err := local.New(local.Config{Dir: t.TempDir(), Isolation: isolation, MemoryMB: local.NoLimit, Pids: local.NoLimit, CPUs: local.NoLimit, DiskMB: local.NoLimit})
 	if err != nil {
 		t.Fatal(err)
 	}

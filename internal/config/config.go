@@ -59,6 +59,12 @@ type Config struct {
 	LocalUID       int
 	LocalGID       int
 	LocalBwrap     string
+	// LocalDiskMB caps each local sandbox's workspace, $HOME and /tmp
+	// (AGENTA_RUNNER_LOCAL_DISK_MB, 0: none); DiskReserveMB is the free
+	// space the sandboxes may never take from the data dir's filesystem
+	// (AGENTA_RUNNER_DISK_RESERVE_MB, 0: none).
+	LocalDiskMB   int
+	DiskReserveMB int
 
 	// LocalNetwork is how network "on" reaches out: "isolated" (slirp4netns
 	// and nftables) or "host". LocalNetworkAllow reopens refused
@@ -184,6 +190,8 @@ func Load(environ []string) (Config, []string, error) {
 		LocalUID:          l.strictInt("AGENTA_RUNNER_LOCAL_SANDBOX_UID", 0, 0, 1<<31-1),
 		LocalGID:          l.strictInt("AGENTA_RUNNER_LOCAL_SANDBOX_GID", 0, 0, 1<<31-1),
 		LocalBwrap:        l.str("AGENTA_RUNNER_LOCAL_BWRAP", ""),
+		LocalDiskMB:       l.limit("AGENTA_RUNNER_LOCAL_DISK_MB", 4096, 16),
+		DiskReserveMB:     l.strictInt("AGENTA_RUNNER_DISK_RESERVE_MB", 512, 0, 1<<30),
 		DatabaseURL:       l.str("AGENTA_RUNNER_DATABASE_URL", ""),
 		StoreURL:          l.str("AGENTA_RUNNER_STORE_URL", ""),
 		CheckpointEvery:   l.ms("AGENTA_RUNNER_WORKSPACE_CHECKPOINT_MS", 30_000),

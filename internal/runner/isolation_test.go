@@ -32,7 +32,7 @@ func bwrapEnv(t *testing.T) (*env, string) {
 	e := newEnv(t)
 	dir := t.TempDir()
 	p, err := local.New(local.Config{Dir: filepath.Join(dir, "sandboxes"), DataDir: dir, Isolation: "bwrap",
-		MemoryMB: local.NoLimit, Pids: local.NoLimit, CPUs: local.NoLimit})
+		MemoryMB: local.NoLimit, Pids: local.NoLimit, CPUs: local.NoLimit, DiskMB: local.NoLimit})
 	if err != nil {
 		t.Fatalf("bwrap provider: %v", err)
 	}
@@ -126,7 +126,7 @@ func TestEscapesUnderBwrap(t *testing.T) {
 		t.Errorf("network on reached the host's loopback: %s", out)
 	}
 	hostNet, err := local.New(local.Config{Dir: filepath.Join(dataDir, "sandboxes-host"), Isolation: "bwrap", Network: local.NetworkHost,
-		MemoryMB: local.NoLimit, Pids: local.NoLimit, CPUs: local.NoLimit})
+		MemoryMB: local.NoLimit, Pids: local.NoLimit, CPUs: local.NoLimit, DiskMB: local.NoLimit})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func TestToolCallWithNetworkOff(t *testing.T) {
 	cb := newCallback(t, func(w http.ResponseWriter, body map[string]any) {
 		_ = json.NewEncoder(w).Encode(map[string]any{"result": "offline but served"})
 	})
-	p, err := local.New(local.Config{Dir: filepath.Join(t.TempDir(), "sandboxes"), Isolation: "bwrap", MemoryMB: local.NoLimit, Pids: local.NoLimit, CPUs: local.NoLimit})
+	p, err := local.New(local.Config{Dir: filepath.Join(t.TempDir(), "sandboxes"), Isolation: "bwrap", MemoryMB: local.NoLimit, Pids: local.NoLimit, CPUs: local.NoLimit, DiskMB: local.NoLimit})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,9 @@ func BenchmarkColdSandbox(b *testing.B) {
 		{"bwrap/network=off", "off", nil},
 		{"bwrap/network=allowlist", "allowlist", nil},
 		{"bwrap/allowlist-proxy-only", "allowlist", func(c *local.Config) { c.Slirp4netns = "/nonexistent" }},
-		{"bwrap/network=off/nolimits", "off", func(c *local.Config) { c.MemoryMB, c.Pids, c.CPUs = local.NoLimit, local.NoLimit, local.NoLimit }},
+		{"bwrap/network=off/nolimits", "off", func(c *local.Config) {
+			c.MemoryMB, c.Pids, c.CPUs, c.DiskMB = local.NoLimit, local.NoLimit, local.NoLimit, local.NoLimit
+		}},
 		{"bwrap/network=off/sandbox-uid", "off", func(c *local.Config) { c.SandboxUID = 65534 }},
 		{"none", "on", func(c *local.Config) { c.Isolation = local.IsolationNone }},
 	} {

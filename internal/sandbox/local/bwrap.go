@@ -183,9 +183,8 @@ func (b *bwrap) sandboxArgs(s *Sandbox) []string {
 	if s.mode != "on" || s.isolated() {
 		args = append(args, "--unshare-net")
 	}
-	args = append(args, "--bind", filepath.Join(s.root, "tmp"), "/tmp")
+	args = append(args, "--bind", s.tmp, "/tmp")
 	args = append(args, b.masks...)
-	args = append(args, b.socketMasks(s)...)
 	args = append(args, cgroupBinds(s.cg)...)
 	if s.isolated() {
 		// The host's resolver may be on its loopback (systemd-resolved,
@@ -279,6 +278,9 @@ type launch struct {
 // outside the sandbox, so LD_PRELOAD and friends must not).
 func (b *bwrap) command(s *Sandbox, path string, argv, env []string, dir string) (*launch, error) {
 	args := append([]string(nil), s.args...)
+	// Read for each process: a host service's socket appears or moves at
+	// any time, and a directory masked at Create may be gone by now.
+	args = append(args, b.socketMasks(s)...)
 	args = b.expose(args, s, path)
 	args = append(args, "--chdir", dir)
 	for _, kv := range env {

@@ -52,7 +52,7 @@ func helperDialUnix(args []string) int {
 func helperNew(args []string) int {
 	cfg := local.Config{Dir: args[0]}
 	if len(args) > 1 && args[1] == "nolimits" {
-		cfg.MemoryMB, cfg.Pids, cfg.CPUs = local.NoLimit, local.NoLimit, local.NoLimit
+		cfg.MemoryMB, cfg.Pids, cfg.CPUs, cfg.DiskMB = local.NoLimit, local.NoLimit, local.NoLimit, local.NoLimit
 	}
 	if _, err := local.New(cfg); err != nil {
 		fmt.Println(err)

@@ -14,7 +14,7 @@ import (
 // refuse connecting to a pathname socket on the kernels this runs on, so
 // the sockets are found instead: /proc/net/unix lists every bound socket of
 // the runner's network namespace by path, and it is read anew for each
-// sandbox, so a service started after the runner is masked too. A socket's
+// sandbox process, so a service started after the runner is masked too. A socket's
 // directory is masked with an empty tmpfs, which also covers the socket its
 // service re-creates there; one directly under a top-level directory
 // (/home/u.sock, /var/x.sock) gets /dev/null bound over it instead, so the
@@ -53,8 +53,10 @@ func socketPaths(table string) []string {
 }
 
 // socketMasks are the bwrap arguments masking the host sockets s would
-// see. Sockets in s's own directories and binds are left alone (the tool
-// relay's socket is one), as are those under paths already hidden.
+// see; they come after s's own binds, so a directory holding one of those
+// is never covered. Sockets in s's own directories and binds are left alone
+// (the tool relay's socket is one), as are those under paths already
+// hidden.
 func (b *bwrap) socketMasks(s *Sandbox) []string {
 	table, err := os.ReadFile(procNetUnix)
 	if err != nil {

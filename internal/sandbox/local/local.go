@@ -33,9 +33,11 @@ const (
 
 // Limit defaults; NoLimit in a Config field turns that limit off.
 const (
-	DefaultMemoryMB = 4096
-	DefaultPids     = 1024
-	NoLimit         = -1
+	DefaultMemoryMB  = 4096
+	DefaultPids      = 1024
+	NoLimit          = -1
+	DefaultDiskMB    = 4096
+	DefaultReserveMB = 512
 )
 
 // DefaultCPUs is the CPU limit of a sandbox when none is configured: half
@@ -101,6 +103,13 @@ type Config struct {
 	// TunDevice is the tun device slirp4netns opens; empty means
 	// /dev/net/tun.
 	TunDevice string
+	// DiskMB caps each bwrap sandbox's writable directories (workspace,
+	// $HOME, /tmp) with an image of that size (disk_linux.go); zero means
+	// DefaultDiskMB, NoLimit none. ReserveMB is the free space the
+	// sandboxes' disks may never take from Dir's filesystem together (zero:
+	// DefaultReserveMB; NoLimit: none).
+	DiskMB    int
+	ReserveMB int
 	Logger    *slog.Logger
 }
 
@@ -116,6 +125,7 @@ type Provider struct {
 	netErr error
 	// notifier follows the durable trees of its sandboxes (WatchTree).
 	notifier tree.Notifier
+	disk     *disk // nil without a disk quota or with isolation "none"
 }
 
 var (
@@ -162,6 +172,8 @@ func New(cfg Config) (*Provider, error) {
 	}
 	cfg.MemoryMB = orDefault(cfg.MemoryMB, DefaultMemoryMB)
 	cfg.Pids = orDefault(cfg.Pids, DefaultPids)
+	cfg.DiskMB = orDefault(cfg.DiskMB, DefaultDiskMB)
+	cfg.ReserveMB = orDefault(cfg.ReserveMB, DefaultReserveMB)
 	if cfg.CPUs == 0 {
 		cfg.CPUs = DefaultCPUs()
 	}
@@ -184,6 +196,11 @@ func New(cfg Config) (*Provider, error) {
 	instance := sha256.Sum256([]byte(cfg.Dir))
 	if p.cg, err = newCgroups(limitsOf(cfg), hex.EncodeToString(instance[:6])); err != nil {
 		return nil, errdefs.With(errdefs.ErrUnavailable, fmt.Errorf("local sandbox limits: %w; give the runner a writable cgroup (root on the host; in a container, /sys/fs/cgroup mounted writable, or a delegated cgroup v2 subtree), or turn the limits off with AGENTA_RUNNER_LOCAL_MEMORY_MB=0 AGENTA_RUNNER_LOCAL_PIDS=0 AGENTA_RUNNER_LOCAL_CPUS=0", err))
+	}
+	if cfg.DiskMB > 0 {
+		if p.disk, err = newDisk(cfg); err != nil {
+			return nil, errdefs.With(errdefs.ErrUnavailable, fmt.Errorf("local sandbox disk quota (AGENTA_RUNNER_LOCAL_DISK_MB=%d): %w; the runner caps each sandbox with a loop-mounted ext4 image, which needs root (CAP_SYS_ADMIN), /dev/loop-control and mkfs.ext4; or run without disk quotas with AGENTA_RUNNER_LOCAL_DISK_MB=0", cfg.DiskMB, err))
+		}
 	}
 	if err := p.probe(context.Background()); err != nil {
 		return nil, bwrapErr(err)
@@ -236,6 +253,10 @@ func (p *Provider) Describe() map[string]any {
 	}
 	if p.cg != nil {
 		limits["cgroup"] = p.cg.version()
+	}
+	if p.disk != nil {
+		limits["disk_mb"] = p.cfg.DiskMB
+		limits["disk_reserve_mb"] = max(0, p.cfg.ReserveMB)
 	}
 	d["limits"] = limits
 	return d
@@ -295,6 +316,21 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandb
 	base := root
 	if spec.StateKey != "" {
 		base = p.stateDir(spec.StateKey)
+	} else if p.disk != nil {
+		base = filepath.Join(root, "disk")
+	}
+	tmp := filepath.Join(root, "tmp")
+	if p.disk != nil {
+		// On the capped disk, one per sandbox: a state dir's disk may be
+		// shared for a moment by the sandbox that ends and the next.
+		tmp = filepath.Join(base, "tmp-"+id)
+		if err := os.MkdirAll(root, 0o700); err != nil {
+			return nil, fmt.Errorf("create sandbox %s: %w", id, err)
+		}
+		if err := p.disk.acquire(ctx, base); err != nil {
+			_ = os.RemoveAll(root)
+			return nil, fmt.Errorf("create sandbox %s: %w", id, err)
+		}
 	}
 	work, home := filepath.Join(base, "work"), filepath.Join(base, "home")
 	agent := ""
@@ -306,6 +342,8 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandb
 	sb := &Sandbox{
 		p:    p,
 		root: root,
+		base: base,
+		tmp:  tmp,
 		mode: mode,
 		spec: spec,
 		info: sandbox.Info{
@@ -321,7 +359,6 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandb
 	// bwrap binds the sandbox's directories at their host paths, so the
 	// paths inside equal the paths outside and callers need no translation.
 	sb.info.HostWorkdir = sb.info.Workdir
-	tmp := filepath.Join(root, "tmp")
 	for _, d := range []string{sb.info.Workdir, sandbox.AgentDir(sb.info), sb.info.Home, tmp} {
 		if d == spec.Workdir {
 			continue
@@ -331,13 +368,13 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandb
 			err = p.user().ownDir(d, d == tmp)
 		}
 		if err != nil {
-			_ = os.RemoveAll(root)
+			sb.teardown()
 			return nil, fmt.Errorf("create sandbox %s: %w", id, err)
 		}
 	}
 	if p.cg != nil {
 		if sb.cg, err = p.cg.create(id); err != nil {
-			_ = os.RemoveAll(root)
+			sb.teardown()
 			return nil, fmt.Errorf("create sandbox %s: %w", id, err)
 		}
 	}
@@ -405,6 +442,11 @@ func (p *Provider) RemoveState(ctx context.Context, key string) error {
 	if key == "" {
 		return errdefs.Invalidf("remove sandbox state: empty key")
 	}
+	if p.disk != nil {
+		if err := p.disk.remove(p.stateDir(key)); err != nil {
+			return fmt.Errorf("remove sandbox state: %w", err)
+		}
+	}
 	if err := os.RemoveAll(p.stateDir(key)); err != nil {
 		return fmt.Errorf("remove sandbox state: %w", err)
 	}
@@ -415,6 +457,8 @@ func (p *Provider) RemoveState(ctx context.Context, key string) error {
 type Sandbox struct {
 	p     *Provider
 	root  string
+	base  string // holds work and home; the disk's mount point with a quota
+	tmp   string // the sandbox's /tmp
 	mode  string // network mode
 	spec  sandbox.Spec
 	info  sandbox.Info
@@ -504,6 +548,15 @@ func (s *Sandbox) teardown() error {
 		if err := s.cg.destroy(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if s.p.disk != nil && s.tmp != "" {
+		if err := os.RemoveAll(s.tmp); err != nil {
+			errs = append(errs, err)
+		}
+		if err := s.p.disk.release(s.base, s.spec.StateKey == ""); err != nil {
+			errs = append(errs, err)
+		}
+		s.tmp = "" // released once
 	}
 	if err := os.RemoveAll(s.root); err != nil {
 		errs = append(errs, err)

@@ -74,8 +74,9 @@ func newBwrap(t testing.TB, mod func(*local.Config)) *local.Provider {
 	}
 	if os.Geteuid() != 0 {
 		// Without root there is usually no cgroup to write; the limit
-		// tests ask for limits themselves and skip (needLimits).
-		cfg.MemoryMB, cfg.Pids, cfg.CPUs = local.NoLimit, local.NoLimit, local.NoLimit
+		// tests ask for limits themselves and skip (needLimits); nor can
+		// it mount disk images.
+		cfg.MemoryMB, cfg.Pids, cfg.CPUs, cfg.DiskMB = local.NoLimit, local.NoLimit, local.NoLimit, local.NoLimit
 	}
 	if mod != nil {
 		mod(&cfg)

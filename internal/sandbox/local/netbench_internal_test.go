@@ -25,7 +25,7 @@ func BenchmarkNetworkSetup(b *testing.B) {
 	}
 	cfg := Config{Dir: b.TempDir(), Logger: slog.New(slog.DiscardHandler)}
 	if os.Geteuid() != 0 {
-		cfg.MemoryMB, cfg.Pids, cfg.CPUs = NoLimit, NoLimit, NoLimit
+		cfg.MemoryMB, cfg.Pids, cfg.CPUs, cfg.DiskMB = NoLimit, NoLimit, NoLimit, NoLimit
 	}
 	p, err := New(cfg)
 	if err != nil {

@@ -89,7 +89,7 @@ func TestNetAllowRejectsBadEntries(t *testing.T) {
 	needBwrap(t)
 	for _, e := range []string{"127.0.0.1", "127.0.0.0/8", "not a host", "h:0", "h:99999"} {
 		_, err := local.New(local.Config{Dir: t.TempDir(), Isolation: local.IsolationBwrap, NetAllow: []string{e},
-			MemoryMB: local.NoLimit, Pids: local.NoLimit, CPUs: local.NoLimit})
+			MemoryMB: local.NoLimit, Pids: local.NoLimit, CPUs: local.NoLimit, DiskMB: local.NoLimit})
 		if err == nil || !strings.Contains(err.Error(), "AGENTA_RUNNER_LOCAL_NETWORK_ALLOW") {
 			t.Errorf("NetAllow %q: %v", e, err)
 		}

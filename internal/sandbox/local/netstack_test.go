@@ -276,7 +276,7 @@ func helperListenAny(args []string) int {
 // helperHold makes a provider in args[0], starts a network "on" sandbox
 // that sleeps, prints the pid of its slirp4netns and waits to be killed.
 func helperHold(args []string) int {
-	cfg := local.Config{Dir: args[0], MemoryMB: local.NoLimit, Pids: local.NoLimit, CPUs: local.NoLimit}
+	cfg := local.Config{Dir: args[0], MemoryMB: local.NoLimit, Pids: local.NoLimit, CPUs: local.NoLimit, DiskMB: local.NoLimit}
 	p, err := local.New(cfg)
 	if err != nil {
 		fmt.Println(err)
@@ -502,7 +502,7 @@ func TestNetworkOnInside(t *testing.T) {
 	p := newBwrap(t, func(c *local.Config) {
 		c.NetAllow = []string{simAllowCIDR}
 		// ip netns exec mounts a fresh /sys, without the cgroup tree.
-		c.MemoryMB, c.Pids, c.CPUs = local.NoLimit, local.NoLimit, local.NoLimit
+		c.MemoryMB, c.Pids, c.CPUs, c.DiskMB = local.NoLimit, local.NoLimit, local.NoLimit, local.NoLimit
 	})
 	sb := createSpec(t, p, sandbox.Spec{Network: sandbox.Network{Mode: "on"}})
 

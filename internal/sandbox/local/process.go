@@ -43,7 +43,7 @@ func (s *Sandbox) Start(ctx context.Context, c sandbox.Cmd) (sandbox.Process, er
 	var l *launch
 	if s.p.bw == nil {
 		cmd = exec.Command(path, c.Args...)
-		cmd.Env = append(env, "TMPDIR="+filepath.Join(s.root, "tmp"))
+		cmd.Env = append(env, "TMPDIR="+s.tmp)
 		cmd.Dir = dir
 		// Own process group so Kill reaches grandchildren; Pdeathsig so a
 		// runner crash does not leave the harness running.
