@@ -151,8 +151,11 @@ type Service struct {
 	// the lease holds nobody else writes the session, so a warm turn needs
 	// neither a lease write nor a session read.
 	held map[store.SessionKey]heldSession
-	// paused holds, per session, the request of its last paused turn, so
-	// a decision arriving through /v1 can resume it (warm or cold).
+	// paused caches, per session whose last turn paused, what a decision
+	// arriving through /v1 needs beyond the store's resume record
+	// (store.Resumes): the request's secrets, which are not written to
+	// disk (nil when it had none). With a store that cannot keep resume
+	// records it holds the whole request.
 	paused map[store.SessionKey]*wire.Request
 }
 

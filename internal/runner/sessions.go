@@ -221,6 +221,11 @@ func (s *Service) DeleteSession(ctx context.Context, key store.SessionKey) error
 	s.mu.Lock()
 	delete(s.paused, key)
 	s.mu.Unlock()
+	if rs, ok := s.store.(store.Resumes); ok {
+		if err := rs.DeleteResume(ctx, key); err != nil {
+			return err
+		}
+	}
 	sess.Status = store.SessionDeleted
 	sess.SandboxID, sess.SandboxProvider = "", ""
 	if _, err := s.store.PutSession(ctx, sess); err != nil {

@@ -600,6 +600,10 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 	case out.StopReason == agent.StopPaused:
 		status = store.TurnPaused
 	}
+	if t.key.SessionID != "" {
+		// Before the result: a paused turn is resumable once it says so.
+		t.svc.rememberPause(ctx, t.log, t.key, t.plan, status == store.TurnPaused)
+	}
 	if t.key.SessionID != "" && t.evlog != nil {
 		if err != nil {
 			t.emit(wire.Event{Type: wire.EventError, Message: err.Error()})
@@ -688,15 +692,6 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 	}
 	if t.tools != nil {
 		t.tools.Close()
-	}
-	if t.key.SessionID != "" {
-		t.svc.mu.Lock()
-		if status == store.TurnPaused {
-			t.svc.paused[t.key] = t.plan.req
-		} else {
-			delete(t.svc.paused, t.key) // answered, or superseded
-		}
-		t.svc.mu.Unlock()
 	}
 	if lv == nil || lv.sess == nil {
 		return
