@@ -283,6 +283,10 @@ func TestFaultSQLiteImmutable(t *testing.T) {
 	}
 	wantFailed(t, tr, "SQLite store", "disk I/O error")
 	r.wantUnready(t, "SQLite store")
+	// A one-shot turn meanwhile: a 503 naming the store.
+	if code, body := r.call(t, "POST", "/run", fake("say hi", map[string]any{"sessionId": "immutable-2"})); code != 503 || !strings.Contains(string(body), "SQLite store") {
+		t.Fatalf("/run while the store cannot be written = %d %s, want 503 naming the store", code, body)
+	}
 
 	if out, err := exec.Command("chattr", append([]string{"-i"}, dbFiles()...)...).CombinedOutput(); err != nil {
 		t.Fatalf("chattr -i: %v: %s", err, out)
