@@ -40,10 +40,16 @@ func (e errStoreUnwritable) Error() string     { return e.err.Error() }
 func (e errStoreUnwritable) Unwrap() error     { return e.err }
 func (errStoreUnwritable) ReadyStatus() string { return "store_unwritable" }
 
+// failed records err, a failed write; the first failure while healthy
+// asks for a probe now (the watch backs off from there).
 func (h *storeHealth) failed(err error) {
 	h.mu.Lock()
+	was := h.err
 	h.err = errStoreUnwritable{err}
 	h.mu.Unlock()
+	if was != nil {
+		return
+	}
 	select {
 	case h.wake <- struct{}{}:
 	default:
@@ -78,8 +84,8 @@ func refused(err error) bool {
 // turn's error: unavailable, naming the store. The store is not ready
 // until a probe succeeds. A refusal is returned as it is.
 func (s *Service) storeFailed(what string, err error) error {
-	if err == nil || refused(err) {
-		return err
+	if err == nil || refused(err) || errors.Is(err, context.Canceled) {
+		return err // an answer, or the caller gone: not the store's fault
 	}
 	err = errdefs.With(errdefs.ErrUnavailable, fmt.Errorf("%s %s: %w", s.storeName(), what, err))
 	s.health.failed(err)
