@@ -49,11 +49,16 @@ ENV AGENTA_RUNNER_HOST=0.0.0.0 \
     HOME=/var/lib/runner \
     AGENTA_RUNNER_LOCAL_MEMORY_MB=0 \
     AGENTA_RUNNER_LOCAL_PIDS=0 \
-    AGENTA_RUNNER_LOCAL_CPUS=0
+    AGENTA_RUNNER_LOCAL_CPUS=0 \
+    AGENTA_RUNNER_LOCAL_DISK_MB=0
 # Per-sandbox cgroup limits need a writable cgroup, which a non-root
 # container does not get; the container's own limits (docker run --memory
 # --pids-limit --cpus, Kubernetes resources) bound its sandboxes instead.
 # Set the three AGENTA_RUNNER_LOCAL_* limits when you delegate a cgroup.
+# Per-sandbox disk quotas loop-mount an image, which needs CAP_SYS_ADMIN
+# and /dev/loop-control, which an unprivileged container has not: the
+# container's volume or ephemeral-storage limit bounds its sandboxes'
+# disk instead. Set it when the container runs with those.
 USER runner
 WORKDIR /var/lib/runner
 VOLUME /var/lib/runner
