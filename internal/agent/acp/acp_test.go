@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -13,15 +12,17 @@ import (
 	"github.com/agentrunner/runner/internal/agent"
 	"github.com/agentrunner/runner/internal/agent/acp"
 	"github.com/agentrunner/runner/internal/agent/agenttest"
+	"github.com/agentrunner/runner/internal/leaktest"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandbox/local"
 	"github.com/agentrunner/runner/internal/wire"
 	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
 	agenttest.MaybeRun()
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m, leaktest.Global()...)
 }
 
 func open(t *testing.T, opts agent.Options) (agent.Session, sandbox.Sandbox) {

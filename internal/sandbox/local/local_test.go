@@ -12,9 +12,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/leaktest"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandbox/local"
 	"github.com/agentrunner/runner/internal/sandbox/sandboxtest"
+	"go.uber.org/goleak"
 )
 
 // TestMain lets the test binary serve as the allowlist proxy bridge, the
@@ -28,7 +30,7 @@ func TestMain(m *testing.M) {
 			os.Exit(h(os.Args[2:]))
 		}
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m, leaktest.Global()...)
 }
 
 func logger(t testing.TB) *slog.Logger {
