@@ -847,12 +847,11 @@ func TestDelayEndsWithClient(t *testing.T) {
 	defer cancel()
 	b, _ := json.Marshal(chatBody(userParts("hi")))
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.OpenAIBaseURL()+"/chat/completions", bytes.NewReader(b))
-	start := time.Now()
+	// No bound on how long giving up took: that is the client's deadline,
+	// and a timing under load. The server's side ends with Close, which
+	// the cleanup runs: a delay that ignored it would hang the test.
 	if _, err := http.DefaultClient.Do(req); err == nil {
 		t.Fatal("a delayed reply came before the client gave up")
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("took %v", d)
 	}
 }
 
