@@ -121,21 +121,26 @@ func (r *runner) run(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
 	r.Base = "http://" + ln.Addr().String()
 	argv := append(append([]string(nil), r.wrap...), runnerBin, "serve")
 	r.cmd = exec.Command(argv[0], argv[1:]...)
 	r.cmd.Env = append(append([]string(nil), r.env...), "LISTEN_FDS=1")
 	r.cmd.ExtraFiles = []*os.File{f}
 	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
-	if err := r.cmd.Start(); err != nil {
+	err = r.cmd.Start()
+	// Only the runner holds the socket now: one that dies at boot leaves
+	// nothing accepting, so the wait below fails instead of hanging on a
+	// backlog nobody serves.
+	f.Close()
+	if err != nil {
 		t.Fatal(err)
 	}
 	r.done = make(chan struct{})
 	go func() { _ = r.cmd.Wait(); close(r.done) }()
 	deadline := time.Now().Add(time.Minute)
+	probe := &http.Client{Timeout: 5 * time.Second}
 	for {
-		resp, err := http.Get(r.Base + "/health")
+		resp, err := probe.Get(r.Base + "/health")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {

@@ -28,7 +28,8 @@ type key struct{ pkg, test string }
 func main() { os.Exit(report(os.Stdin, os.Stdout)) }
 
 func report(in io.Reader, out io.Writer) int {
-	output := map[key][]string{} // a test's lines, kept until it ends
+	output := map[key][]string{}    // a test's lines, kept until it ends
+	pkgOut := map[string][]string{} // a package's own lines, kept until it ends
 	skipped := map[string][]string{}
 	failed := 0
 	sc := bufio.NewScanner(in)
@@ -47,9 +48,13 @@ func report(in io.Reader, out io.Writer) int {
 			failed++
 		case "output":
 			if e.Test == "" {
-				// Package lines: its result, and a build failure's text.
-				if t := strings.TrimSpace(e.Output); strings.HasPrefix(t, "ok ") || strings.HasPrefix(t, "FAIL") || strings.HasPrefix(t, "---") || strings.Contains(t, "[build failed]") || strings.Contains(t, ".go:") || strings.HasPrefix(t, "panic:") {
+				// Package lines: its result at once; the rest (a panic,
+				// a timeout's goroutine dump, TestMain's output) is kept
+				// and shown if the package fails.
+				if t := strings.TrimSpace(e.Output); strings.HasPrefix(t, "ok ") || strings.HasPrefix(t, "FAIL") || strings.Contains(t, "[build failed]") {
 					fmt.Fprint(out, e.Output)
+				} else {
+					pkgOut[e.Package] = append(pkgOut[e.Package], e.Output)
 				}
 				continue
 			}
@@ -58,9 +63,19 @@ func report(in io.Reader, out io.Writer) int {
 			if e.Test != "" {
 				failed++
 				fmt.Fprint(out, strings.Join(output[k], ""))
-			} else if e.Test == "" && e.Package != "" {
+			} else if e.Package != "" {
 				failed++
+				// Tests still running when the package failed (a timeout,
+				// a panic): their output, then the package's.
+				for ok, lines := range output {
+					if ok.pkg == e.Package {
+						fmt.Fprint(out, strings.Join(lines, ""))
+						delete(output, ok)
+					}
+				}
+				fmt.Fprint(out, strings.Join(pkgOut[e.Package], ""))
 			}
+			delete(pkgOut, e.Package)
 			delete(output, k)
 		case "skip":
 			if e.Test != "" && !strings.Contains(e.Test, "/") {
@@ -69,6 +84,9 @@ func report(in io.Reader, out io.Writer) int {
 			}
 			delete(output, k)
 		case "pass":
+			if e.Test == "" {
+				delete(pkgOut, e.Package)
+			}
 			delete(output, k)
 		}
 	}

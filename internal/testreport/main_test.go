@@ -17,6 +17,10 @@ func TestReport(t *testing.T) {
 		`{"Action":"fail","Package":"m/a","Test":"TestBroken"}`,
 		`{"Action":"output","Package":"m/a","Test":"TestFine","Output":"noise\n"}`,
 		`{"Action":"pass","Package":"m/a","Test":"TestFine"}`,
+		`{"Action":"run","Package":"m/a","Test":"TestHangs"}`,
+		`{"Action":"output","Package":"m/a","Test":"TestHangs","Output":"    a_test.go:30: waiting\n"}`,
+		`{"Action":"output","Package":"m/a","Output":"panic: test timed out after 15m0s\n"}`,
+		`{"Action":"output","Package":"m/a","Output":"goroutine 7 [select]:\n"}`,
 		`{"Action":"output","Package":"m/a","Output":"FAIL\tm/a\t0.1s\n"}`,
 		`{"Action":"fail","Package":"m/a"}`,
 	}, "\n")
@@ -25,7 +29,7 @@ func TestReport(t *testing.T) {
 		t.Errorf("exit %d, want 1 for a failed test", code)
 	}
 	got := out.String()
-	for _, want := range []string{"got 1, want 2", "FAIL\tm/a", "1 tests skipped", "RUNNER_TEST_X is not set; .ci/run sets it", "a.TestGated"} {
+	for _, want := range []string{"got 1, want 2", "a_test.go:30: waiting", "panic: test timed out", "goroutine 7 [select]", "FAIL\tm/a", "1 tests skipped", "RUNNER_TEST_X is not set; .ci/run sets it", "a.TestGated"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("report lacks %q:\n%s", want, got)
 		}
