@@ -127,7 +127,9 @@ func TestAttackHarnessFilesLinkedDir(t *testing.T) {
 func TestAttackWorkspaceLinksCheckpointRestore(t *testing.T) {
 	needBwrap(t)
 	victim, dir := hostVictim(t)
-	r := start(t)
+	// No disk quota: the data dir is searched for the victim's content
+	// below, and a quota's sparse image would be read whole (4 GiB).
+	r := start(t, "AGENTA_RUNNER_LOCAL_DISK_MB=0")
 	fields := map[string]any{"sessionId": "restore-links", "agentsMd": "first"}
 	plantLinks(t, r, "exec mkdir -p src && echo mine > src/own && ln -s src/own inlink && ln -s "+victim+" outfile && ln -s "+dir+" outdir", fields)
 	r.stop(t)
