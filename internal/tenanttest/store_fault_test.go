@@ -202,7 +202,9 @@ func TestFaultSQLiteDiskFull(t *testing.T) {
 		t.Skipf("mount a tmpfs: %v: %s", err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("umount", "-l", dataDir).Run() })
-	r := start(t, "AGENTA_RUNNER_DATA_DIR="+dataDir, "AGENTA_RUNNER_STORE_URL=off", "AGENTA_RUNNER_STORE_PROBE_INTERVAL_MS=100")
+	// No sandbox disk quota or reserve on this 48 MiB data dir: the store
+	// filling it is the fault under test, not the sandboxes' room.
+	r := start(t, "AGENTA_RUNNER_DATA_DIR="+dataDir, "AGENTA_RUNNER_STORE_URL=off", "AGENTA_RUNNER_STORE_PROBE_INTERVAL_MS=100", "AGENTA_RUNNER_LOCAL_DISK_MB=0", "AGENTA_RUNNER_DISK_RESERVE_MB=0")
 
 	fill := filepath.Join(dataDir, "fill")
 	errc := midTurn(dataDir, func() error { return fillUp(fill) })
