@@ -294,10 +294,10 @@ func TestRefusals(t *testing.T) {
 		t.Skip("RUNNER_TEST_HELM is not set; .ci/container.sh sets it")
 	}
 	for set, want := range map[string]string{
-		"agentRunner.replicas=3":            "agentRunner.databaseUrl",
-		"agentRunner.provider=daytona":      "agentRunner.daytona.apiKey",
-		"agentRunner.workload=ReplicaSet":   "agentRunner.workload",
-		"agentRunner.providers.default=e2b": "not among the enabled providers",
+		"agentRunner.replicas=3":                      "agentRunner.databaseUrl",
+		"agentRunner.provider=daytona":                "agentRunner.daytona.apiKey",
+		"agentRunner.workload=ReplicaSet":             "agentRunner.workload",
+		"agentRunner.providers.default=e2b":           "not among the enabled providers",
 		"agentRunner.localSandbox.tun.hostPath=false": "agentRunner.localSandbox.tun.hostPath",
 	} {
 		out, err := exec.Command(helm, "template", "rel", "../runner", "--set", set).CombinedOutput()
