@@ -51,16 +51,8 @@ func (s *Service) Ready() error {
 	}
 	if rd, ok := s.providers[s.cfg.DefaultProvider].(sandbox.Readier); ok {
 		if err := rd.Ready(); err != nil {
-			return errProviderUnready{err}
+			return notReady{"sandbox_unavailable", err}
 		}
 	}
 	return nil
 }
-
-// errProviderUnready is the readiness error while the default provider
-// cannot serve a default turn.
-type errProviderUnready struct{ err error }
-
-func (e errProviderUnready) Error() string     { return e.err.Error() }
-func (e errProviderUnready) Unwrap() error     { return e.err }
-func (errProviderUnready) ReadyStatus() string { return "sandbox_unavailable" }

@@ -32,20 +32,27 @@ type turnRef struct {
 	index   int
 }
 
-// errStoreUnwritable is the readiness error while the store cannot be
-// written; the api reports its ReadyStatus.
-type errStoreUnwritable struct{ err error }
+// notReady is a readiness error with the status word the api reports
+// (its ReadyStatus): "store_unwritable", "sandbox_unavailable".
+type notReady struct {
+	status string
+	err    error
+}
 
-func (e errStoreUnwritable) Error() string     { return e.err.Error() }
-func (e errStoreUnwritable) Unwrap() error     { return e.err }
-func (errStoreUnwritable) ReadyStatus() string { return "store_unwritable" }
+func (e notReady) Error() string       { return e.err.Error() }
+func (e notReady) Unwrap() error       { return e.err }
+func (e notReady) ReadyStatus() string { return e.status }
+
+// errStoreUnwritable is the readiness error while the store cannot be
+// written.
+func errStoreUnwritable(err error) error { return notReady{"store_unwritable", err} }
 
 // failed records err, a failed write; the first failure while healthy
 // asks for a probe now (the watch backs off from there).
 func (h *storeHealth) failed(err error) {
 	h.mu.Lock()
 	was := h.err
-	h.err = errStoreUnwritable{err}
+	h.err = errStoreUnwritable(err)
 	h.mu.Unlock()
 	if was != nil {
 		return
@@ -201,7 +208,7 @@ func (w *StoreWatch) pass(ctx context.Context) bool {
 		if errors.Is(err, context.Canceled) && was == nil {
 			return true // stopping
 		}
-		s.health.err = errStoreUnwritable{fmt.Errorf("%s cannot be written: %w", s.storeName(), err)}
+		s.health.err = errStoreUnwritable(fmt.Errorf("%s cannot be written: %w", s.storeName(), err))
 		if was == nil {
 			s.log.Error("store cannot be written; not ready", logkey.Error, err)
 		}
