@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/agentrunner/runner/internal/errdefs"
-	"github.com/agentrunner/runner/internal/workspace/tree"
+	"github.com/agentrunner/runner/internal/filetree"
 )
 
 // API is a provider wire API.
@@ -76,7 +76,7 @@ type File struct {
 // file's path is replaced, one among its parents refuses the write.
 func (c Config) Write(home string) error {
 	for _, f := range c.Files {
-		if err := tree.WriteFile(home, f.Path, strings.NewReader(f.Content), uint32(f.Mode.Perm()), 0o700, nil); err != nil {
+		if err := filetree.WriteFile(home, f.Path, strings.NewReader(f.Content), uint32(f.Mode.Perm()), 0o700, nil); err != nil {
 			return fmt.Errorf("harness config %s: %w", home, err)
 		}
 	}

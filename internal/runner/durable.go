@@ -14,11 +14,11 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/filetree"
 	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/store"
 	"github.com/agentrunner/runner/internal/workspace"
-	"github.com/agentrunner/runner/internal/workspace/tree"
 )
 
 // The durable workspace hooks of the turn path: restore on acquire, a
@@ -238,13 +238,13 @@ func linkAgentFolder(ctx context.Context, ft workspace.Tree, workdir, agentDir s
 	if rel, err := filepath.Rel(workdir, agentDir); err == nil && !strings.HasPrefix(rel, "..") {
 		// Inside the workdir: make sure it exists, also for an agent whose
 		// folder is still empty (a sibling folder is the provider's).
-		if err := importOne(ctx, ft, workdir, tree.Entry{Path: filepath.ToSlash(rel), Kind: tree.Dir, Mode: 0o755}); err != nil {
+		if err := importOne(ctx, ft, workdir, filetree.Entry{Path: filepath.ToSlash(rel), Kind: filetree.Dir, Mode: 0o755}); err != nil {
 			return err
 		}
 	}
-	ent := tree.Entry{Path: agentLink, Kind: tree.Symlink, Mode: 0o777, Target: agentDir}
-	have, err := ft.Scan(ctx, workdir, tree.ScanOptions{Include: []string{agentLink}})
-	if err == nil && len(have.Entries) == 1 && have.Entries[0].Kind == tree.Symlink && have.Entries[0].Target == agentDir {
+	ent := filetree.Entry{Path: agentLink, Kind: filetree.Symlink, Mode: 0o777, Target: agentDir}
+	have, err := ft.Scan(ctx, workdir, filetree.ScanOptions{Include: []string{agentLink}})
+	if err == nil && len(have.Entries) == 1 && have.Entries[0].Kind == filetree.Symlink && have.Entries[0].Target == agentDir {
 		return nil
 	}
 	return importOne(ctx, ft, workdir, ent)
@@ -378,7 +378,7 @@ func (d *durable) checkpoint(ctx context.Context, t *turn) error {
 			return fmt.Errorf("durable workspace: checkpoint %s: %w", m.Name, err)
 		}
 		d.bases[i] = man
-		if d.watches[i] != nil && st.Full != "" && st.Full != tree.FirstScan {
+		if d.watches[i] != nil && st.Full != "" && st.Full != filetree.FirstScan {
 			t.log.Debug("workspace watch fell back to reading the whole tree", "mount", m.Name, logkey.Reason, st.Full, "dirs", st.Dirs)
 		}
 		if st.Wrote {
@@ -418,10 +418,10 @@ func (s *Service) removeWorkspace(ctx context.Context, sess store.Session) error
 }
 
 // importOne writes one directory or symlink entry into a sandbox's tree.
-func importOne(ctx context.Context, ft workspace.Tree, root string, e tree.Entry) error {
+func importOne(ctx context.Context, ft workspace.Tree, root string, e filetree.Entry) error {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	if err := tw.WriteHeader(tree.Header(e)); err != nil {
+	if err := tw.WriteHeader(filetree.Header(e)); err != nil {
 		return err
 	}
 	if err := tw.Close(); err != nil {

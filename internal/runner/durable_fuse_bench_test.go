@@ -11,11 +11,11 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/agentrunner/runner/internal/filetree"
 	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/workspace"
 	"github.com/agentrunner/runner/internal/workspace/rclone"
 	"github.com/agentrunner/runner/internal/workspace/s3"
-	"github.com/agentrunner/runner/internal/workspace/tree"
 	"github.com/agentrunner/runner/internal/workspace/workspacetest"
 )
 
@@ -55,7 +55,7 @@ func BenchmarkColdTurnLargeWorkspace(b *testing.B) {
 			sess := workspace.Prefixed(base, "sessions/p/s")
 			if mode == "sync-restore" {
 				m := workspace.Mount{Name: "workspace", Store: sess, Root: src}
-				if _, _, err := workspace.Checkpoint(ctx, tree.Local{}, m, workspace.Manifest{}); err != nil {
+				if _, _, err := workspace.Checkpoint(ctx, filetree.Local{}, m, workspace.Manifest{}); err != nil {
 					b.Fatal(err)
 				}
 			} else {

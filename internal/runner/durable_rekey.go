@@ -15,8 +15,8 @@ import (
 
 	"github.com/agentrunner/runner/internal/agent"
 	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/filetree"
 	"github.com/agentrunner/runner/internal/workspace"
-	"github.com/agentrunner/runner/internal/workspace/tree"
 )
 
 // Harnesses name their transcript directories after the working directory
@@ -116,7 +116,7 @@ func moveKeyed(ctx context.Context, tr workspace.Tree, root string, man workspac
 		}
 		moved += n
 		for _, drop := range append([]string{src}, k.Drop...) {
-			if err := tw.WriteHeader(tree.DeleteHeader(drop)); err != nil {
+			if err := tw.WriteHeader(filetree.DeleteHeader(drop)); err != nil {
 				return 0, err
 			}
 		}

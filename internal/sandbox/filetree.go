@@ -4,7 +4,7 @@ import (
 	"context"
 	"io"
 
-	"github.com/agentrunner/runner/internal/workspace/tree"
+	"github.com/agentrunner/runner/internal/filetree"
 )
 
 // FileTree is a Sandbox whose files the runner can list and move in bulk:
@@ -13,7 +13,7 @@ import (
 // reachable from the sandbox. Roots are absolute paths in the sandbox:
 // its Workdir, Workdir+"-agent" (the agent's shared folder) or Home.
 type FileTree interface {
-	Scan(ctx context.Context, root string, opt tree.ScanOptions) (tree.Result, error)
+	Scan(ctx context.Context, root string, opt filetree.ScanOptions) (filetree.Result, error)
 	Export(ctx context.Context, root string, paths []string) (io.ReadCloser, error)
 	Import(ctx context.Context, root string, r io.Reader) error
 }
@@ -31,11 +31,11 @@ func AgentDir(info Info) string {
 // checkpoint reads again only the directories that changed (the local
 // provider: inotify on the runner's own disk). Include is not supported.
 type TreeWatcher interface {
-	WatchTree(root string, opt tree.ScanOptions) (TreeWatch, error)
+	WatchTree(root string, opt filetree.ScanOptions) (TreeWatch, error)
 }
 
 // TreeWatch is one followed root; Close stops following it.
 type TreeWatch interface {
-	Scan(ctx context.Context, opt tree.ScanOptions) (tree.Result, error)
+	Scan(ctx context.Context, opt filetree.ScanOptions) (filetree.Result, error)
 	Close() error
 }

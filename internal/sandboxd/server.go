@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/filetree"
 	"github.com/agentrunner/runner/internal/logkey"
-	"github.com/agentrunner/runner/internal/workspace/tree"
 )
 
 // The HTTP API. Every route needs the token, as "Authorization: Bearer" or
@@ -503,7 +503,7 @@ func fileParams(q url.Values) (root, rel string, err error) {
 	if err := absRoot(root); err != nil {
 		return "", "", err
 	}
-	if rel, err = tree.Clean(rel); err != nil {
+	if rel, err = filetree.Clean(rel); err != nil {
 		return "", "", errdefs.With(errdefs.ErrInvalid, err)
 	}
 	return root, rel, nil
@@ -518,7 +518,7 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	f, err := tree.Open(root, rel)
+	f, err := filetree.Open(root, rel)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			err = errdefs.With(errdefs.ErrNotFound, err)
@@ -546,7 +546,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if err := tree.WriteFile(root, rel, r.Body, uint32(mode), 0o755, nil); err != nil {
+	if err := filetree.WriteFile(root, rel, r.Body, uint32(mode), 0o755, nil); err != nil {
 		writeError(w, err)
 		return
 	}

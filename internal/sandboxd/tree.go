@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/agentrunner/runner/internal/errdefs"
-	"github.com/agentrunner/runner/internal/workspace/tree"
+	"github.com/agentrunner/runner/internal/filetree"
 )
 
 // The bulk file API the durable workspace sync uses, so a sandbox's files
@@ -26,8 +26,8 @@ import (
 
 // TreeScanRequest is the body of POST /v1/tree/scan.
 type TreeScanRequest struct {
-	Root    string           `json:"root"`
-	Options tree.ScanOptions `json:"options"`
+	Root    string               `json:"root"`
+	Options filetree.ScanOptions `json:"options"`
 	// Watch, when set, scans through that watch (Root is then its root);
 	// Generation is that of the last answer the runner applied, 0 for
 	// none. A daemon older than watches ignores both and answers in full.
@@ -41,7 +41,7 @@ type TreeScanRequest struct {
 // (tree.Diff). A plain scan, and a daemon older than watches, answer
 // with Generation 0.
 type TreeScanResponse struct {
-	tree.Result
+	filetree.Result
 	Generation int64    `json:"generation,omitempty"`
 	Base       int64    `json:"base,omitempty"`
 	Removed    []string `json:"removed,omitempty"`
@@ -82,7 +82,7 @@ func (s *Server) treeScan(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	res, err := tree.Scan(req.Root, req.Options)
+	res, err := filetree.Scan(req.Root, req.Options)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -101,7 +101,7 @@ func (s *Server) treeExport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for _, p := range req.Paths {
-		if _, err := tree.Clean(p); err != nil {
+		if _, err := filetree.Clean(p); err != nil {
 			writeError(w, errdefs.With(errdefs.ErrInvalid, err))
 			return
 		}
@@ -110,7 +110,7 @@ func (s *Server) treeExport(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	// A failure after the header can only cut the stream short, which the
 	// reader sees as a truncated tar.
-	if err := tree.Export(req.Root, req.Paths, w); err != nil {
+	if err := filetree.Export(req.Root, req.Paths, w); err != nil {
 		s.log.Warn("tree export cut short", "root", req.Root, "error", err)
 		panic(http.ErrAbortHandler)
 	}
@@ -122,7 +122,7 @@ func (s *Server) treeImport(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if err := tree.Import(root, r.Body, nil); err != nil {
+	if err := filetree.Import(root, r.Body, nil); err != nil {
 		writeError(w, err)
 		return
 	}

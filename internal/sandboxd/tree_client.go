@@ -11,7 +11,7 @@ import (
 	"net/http"
 	"net/url"
 
-	"github.com/agentrunner/runner/internal/workspace/tree"
+	"github.com/agentrunner/runner/internal/filetree"
 )
 
 // importBatch is the size of one import request: large enough to amortise
@@ -20,7 +20,7 @@ import (
 const importBatch = 16 << 20
 
 // TreeScan lists root in the sandbox, hashing files there.
-func (c *Client) TreeScan(ctx context.Context, root string, opt tree.ScanOptions) (tree.Result, error) {
+func (c *Client) TreeScan(ctx context.Context, root string, opt filetree.ScanOptions) (filetree.Result, error) {
 	resp, err := c.treeScan(ctx, TreeScanRequest{Root: root, Options: opt})
 	return resp.Result, err
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/agentrunner/runner/internal/workspace/tree"
+	"github.com/agentrunner/runner/internal/filetree"
 )
 
 // TestTreeRoundTrip moves a tree out of one root and into another through
@@ -35,7 +35,7 @@ func TestTreeRoundTrip(t *testing.T) {
 	if err := os.Symlink("d/x.sh", filepath.Join(src, "link")); err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.TreeScan(ctx, src, tree.ScanOptions{})
+	res, err := c.TreeScan(ctx, src, filetree.ScanOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,11 +53,11 @@ func TestTreeRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := c.TreeScan(ctx, dst, tree.ScanOptions{})
+	got, err := c.TreeScan(ctx, dst, filetree.ScanOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	strip := func(es []tree.Entry) []tree.Entry {
+	strip := func(es []filetree.Entry) []filetree.Entry {
 		for i := range es {
 			es[i].MTime = 0
 		}
@@ -66,7 +66,7 @@ func TestTreeRoundTrip(t *testing.T) {
 	if diff := cmp.Diff(strip(res.Entries), strip(got.Entries)); diff != "" {
 		t.Fatalf("imported tree (-want +got):\n%s", diff)
 	}
-	if _, err := c.TreeScan(ctx, "relative", tree.ScanOptions{}); err == nil {
+	if _, err := c.TreeScan(ctx, "relative", filetree.ScanOptions{}); err == nil {
 		t.Fatal("a relative root was accepted")
 	}
 	_ = io.EOF

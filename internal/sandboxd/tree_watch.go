@@ -8,14 +8,14 @@ import (
 	"sync"
 
 	"github.com/agentrunner/runner/internal/errdefs"
-	"github.com/agentrunner/runner/internal/workspace/tree"
+	"github.com/agentrunner/runner/internal/filetree"
 )
 
 // TreeWatchRequest is the body of POST /v1/tree/watch: the root to follow
 // and the options of its scans (Exclude is kept; Include is refused).
 type TreeWatchRequest struct {
-	Root    string           `json:"root"`
-	Options tree.ScanOptions `json:"options"`
+	Root    string               `json:"root"`
+	Options filetree.ScanOptions `json:"options"`
 }
 
 // TreeWatchResponse is the answer to POST /v1/tree/watch.
@@ -31,7 +31,7 @@ const maxTreeWatches = 64
 // live in the daemon's memory only: a daemon that replaced another knows
 // none of its watches, and says so (404) rather than answer for one.
 type treeWatches struct {
-	n      tree.Notifier
+	n      filetree.Notifier
 	mu     sync.Mutex
 	m      map[string]*treeWatch
 	closed bool
@@ -41,14 +41,14 @@ type treeWatches struct {
 // the next delta.
 type treeWatch struct {
 	root string
-	w    *tree.Watch
+	w    *filetree.Watch
 
 	mu   sync.Mutex // one scan at a time: a generation and its entries go together
 	gen  int64
-	last tree.Result // what generation gen answered
+	last filetree.Result // what generation gen answered
 }
 
-func (t *treeWatches) add(root string, opt tree.ScanOptions) (string, error) {
+func (t *treeWatches) add(root string, opt filetree.ScanOptions) (string, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -59,7 +59,7 @@ func (t *treeWatches) add(root string, opt tree.ScanOptions) (string, error) {
 	}
 	w, err := t.n.Watch(root, opt)
 	if err != nil {
-		if errors.Is(err, tree.ErrUnwatchable) {
+		if errors.Is(err, filetree.ErrUnwatchable) {
 			return "", errdefs.With(errdefs.ErrInvalid, err)
 		}
 		return "", err
@@ -112,7 +112,7 @@ func (s *Server) treeWatch(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	id, err := s.trees.add(req.Root, tree.ScanOptions{Exclude: req.Options.Exclude, Include: req.Options.Include})
+	id, err := s.trees.add(req.Root, filetree.ScanOptions{Exclude: req.Options.Exclude, Include: req.Options.Include})
 	if err != nil {
 		writeError(w, err)
 		return
@@ -153,7 +153,7 @@ func (s *Server) treeScanWatched(w http.ResponseWriter, r *http.Request, req Tre
 	resp := TreeScanResponse{Result: res, Generation: tw.gen + 1}
 	if req.Generation > 0 && req.Generation == tw.gen {
 		resp.Base = tw.gen
-		resp.Entries, resp.Removed = tree.Diff(tw.last.Entries, res.Entries)
+		resp.Entries, resp.Removed = filetree.Diff(tw.last.Entries, res.Entries)
 	}
 	tw.gen, tw.last = resp.Generation, res
 	writeJSON(w, http.StatusOK, resp)

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/errdefs"
-	"github.com/agentrunner/runner/internal/workspace/tree"
+	"github.com/agentrunner/runner/internal/filetree"
 )
 
 // Reasons a WatchedTree's scan read or sent the whole tree, in
@@ -35,33 +35,33 @@ const (
 type WatchedTree struct {
 	c    *Client
 	root string
-	opt  tree.ScanOptions // Exclude only: what the watch was made with
+	opt  filetree.ScanOptions // Exclude only: what the watch was made with
 
 	mu     sync.Mutex
 	id     string // the daemon's watch; "" before the first scan or after losing it
 	gen    int64  // generation of last
-	last   []tree.Entry
+	last   []filetree.Entry
 	plain  bool // the daemon has no watches
 	closed bool
 }
 
 // WatchTree returns a WatchedTree of root; nothing is sent before its
 // first Scan. Include is not supported.
-func (c *Client) WatchTree(root string, opt tree.ScanOptions) (*WatchedTree, error) {
+func (c *Client) WatchTree(root string, opt filetree.ScanOptions) (*WatchedTree, error) {
 	if len(opt.Include) > 0 {
-		return nil, fmt.Errorf("watch %s: %w: it names included paths", root, tree.ErrUnwatchable)
+		return nil, fmt.Errorf("watch %s: %w: it names included paths", root, filetree.ErrUnwatchable)
 	}
-	return &WatchedTree{c: c, root: root, opt: tree.ScanOptions{Exclude: slices.Clone(opt.Exclude)}}, nil
+	return &WatchedTree{c: c, root: root, opt: filetree.ScanOptions{Exclude: slices.Clone(opt.Exclude)}}, nil
 }
 
 // Scan lists the root as Client.TreeScan would with the watch's Exclude
 // and opt's Known and TrustBefore (which only the first scan of a daemon's
 // watch sends: later ones use the daemon's own previous answer).
-func (w *WatchedTree) Scan(ctx context.Context, opt tree.ScanOptions) (tree.Result, error) {
+func (w *WatchedTree) Scan(ctx context.Context, opt filetree.ScanOptions) (filetree.Result, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return tree.Result{}, fmt.Errorf("scan %s: watch closed", w.root)
+		return filetree.Result{}, fmt.Errorf("scan %s: watch closed", w.root)
 	}
 	opt.Include, opt.Exclude = nil, w.opt.Exclude
 	if w.plain {
@@ -83,7 +83,7 @@ func (w *WatchedTree) Scan(ctx context.Context, opt tree.ScanOptions) (tree.Resu
 				return res, serr
 			}
 			if err != nil {
-				return tree.Result{}, err
+				return filetree.Result{}, err
 			}
 			w.id, w.gen, w.last = id, 0, nil
 		}
@@ -97,7 +97,7 @@ func (w *WatchedTree) Scan(ctx context.Context, opt tree.ScanOptions) (tree.Resu
 			continue
 		}
 		if err != nil {
-			return tree.Result{}, err
+			return filetree.Result{}, err
 		}
 		res := resp.Result
 		switch {
@@ -110,11 +110,11 @@ func (w *WatchedTree) Scan(ctx context.Context, opt tree.ScanOptions) (tree.Resu
 		case resp.Base != 0:
 			if resp.Base != w.gen || w.last == nil {
 				w.id = "" // never trust this watch again
-				return tree.Result{}, fmt.Errorf("scan %s: sandboxd sent changes since generation %d, this client holds %d", w.root, resp.Base, w.gen)
+				return filetree.Result{}, fmt.Errorf("scan %s: sandboxd sent changes since generation %d, this client holds %d", w.root, resp.Base, w.gen)
 			}
-			if res.Entries, err = tree.Apply(w.last, resp.Entries, resp.Removed); err != nil {
+			if res.Entries, err = filetree.Apply(w.last, resp.Entries, resp.Removed); err != nil {
 				w.id = ""
-				return tree.Result{}, fmt.Errorf("scan %s: %w", w.root, err)
+				return filetree.Result{}, fmt.Errorf("scan %s: %w", w.root, err)
 			}
 		}
 		if renewed {
@@ -127,7 +127,7 @@ func (w *WatchedTree) Scan(ctx context.Context, opt tree.ScanOptions) (tree.Resu
 	}
 }
 
-func (w *WatchedTree) plainScan(ctx context.Context, opt tree.ScanOptions) (tree.Result, error) {
+func (w *WatchedTree) plainScan(ctx context.Context, opt filetree.ScanOptions) (filetree.Result, error) {
 	res, err := w.c.TreeScan(ctx, w.root, opt)
 	res.Full = NoTreeWatch
 	return res, err
@@ -164,7 +164,7 @@ func isNoRoute(err error) bool {
 	return errors.As(err, &se) && se.Status == http.StatusNotFound && !se.FromProxy
 }
 
-func (c *Client) treeWatch(ctx context.Context, root string, opt tree.ScanOptions) (string, error) {
+func (c *Client) treeWatch(ctx context.Context, root string, opt filetree.ScanOptions) (string, error) {
 	body, err := json.Marshal(TreeWatchRequest{Root: root, Options: opt})
 	if err != nil {
 		return "", err

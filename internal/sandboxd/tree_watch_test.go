@@ -19,7 +19,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/agentrunner/runner/internal/errdefs"
-	"github.com/agentrunner/runner/internal/workspace/tree"
+	"github.com/agentrunner/runner/internal/filetree"
 )
 
 // swappableDaemon serves whichever daemon is current, as a sandbox's
@@ -81,14 +81,14 @@ func writeFile(t *testing.T, p, content string) {
 }
 
 // sameAsFullScan scans through w and plainly, and fails on a difference.
-func sameAsFullScan(t *testing.T, c *Client, w *WatchedTree, root string, exclude []string, step string) tree.Result {
+func sameAsFullScan(t *testing.T, c *Client, w *WatchedTree, root string, exclude []string, step string) filetree.Result {
 	t.Helper()
 	ctx := context.Background()
-	got, err := w.Scan(ctx, tree.ScanOptions{})
+	got, err := w.Scan(ctx, filetree.ScanOptions{})
 	if err != nil {
 		t.Fatalf("%s: watched scan: %v", step, err)
 	}
-	want, err := c.TreeScan(ctx, root, tree.ScanOptions{Exclude: exclude})
+	want, err := c.TreeScan(ctx, root, filetree.ScanOptions{Exclude: exclude})
 	if err != nil {
 		t.Fatalf("%s: full scan: %v", step, err)
 	}
@@ -110,14 +110,14 @@ func TestTreeWatchMatchesFullScan(t *testing.T) {
 		writeFile(t, filepath.Join(root, fmt.Sprintf("d%d/f%03d.txt", i%10, i)), strings.Repeat("x", i))
 	}
 	writeFile(t, filepath.Join(root, ".agenta-runner/manifest.json"), "{}")
-	w, err := c.WatchTree(root, tree.ScanOptions{Exclude: exclude})
+	w, err := c.WatchTree(root, filetree.ScanOptions{Exclude: exclude})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
 	first := sameAsFullScan(t, c, w, root, exclude, "first scan")
-	if first.Full != tree.FirstScan {
-		t.Errorf("first scan: Full %q, want %q", first.Full, tree.FirstScan)
+	if first.Full != filetree.FirstScan {
+		t.Errorf("first scan: Full %q, want %q", first.Full, filetree.FirstScan)
 	}
 
 	res := sameAsFullScan(t, c, w, root, exclude, "unchanged")
@@ -125,11 +125,11 @@ func TestTreeWatchMatchesFullScan(t *testing.T) {
 		t.Errorf("unchanged: Full %q, %d dirs read; want none", res.Full, res.Dirs)
 	}
 	d.scanBytes.Store(0)
-	if _, err := w.Scan(context.Background(), tree.ScanOptions{}); err != nil {
+	if _, err := w.Scan(context.Background(), filetree.ScanOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	watched := d.scanBytes.Swap(0)
-	if _, err := c.TreeScan(context.Background(), root, tree.ScanOptions{Exclude: exclude}); err != nil {
+	if _, err := c.TreeScan(context.Background(), root, filetree.ScanOptions{Exclude: exclude}); err != nil {
 		t.Fatal(err)
 	}
 	full := d.scanBytes.Load()
@@ -209,7 +209,7 @@ func TestTreeWatchOldDaemon(t *testing.T) {
 	writeFile(t, filepath.Join(root, "a/b.txt"), "b")
 	srv := newDaemon(t)
 	d.set(t, oldDaemon(srv.Handler()))
-	w, _ := c.WatchTree(root, tree.ScanOptions{})
+	w, _ := c.WatchTree(root, filetree.ScanOptions{})
 	defer w.Close()
 	if res := sameAsFullScan(t, c, w, root, nil, "old daemon"); res.Full != NoTreeWatch {
 		t.Errorf("old daemon: Full %q, want %q", res.Full, NoTreeWatch)
@@ -218,7 +218,7 @@ func TestTreeWatchOldDaemon(t *testing.T) {
 	// A watch on a new daemon, then an old one takes its place: it
 	// answers the watched scan in full, and later scans stay plain.
 	d.set(t, newDaemon(t).Handler())
-	w2, _ := c.WatchTree(root, tree.ScanOptions{})
+	w2, _ := c.WatchTree(root, filetree.ScanOptions{})
 	defer w2.Close()
 	sameAsFullScan(t, c, w2, root, nil, "new daemon")
 	d.set(t, oldDaemon(srv.Handler()))
@@ -239,10 +239,10 @@ func TestTreeWatchRoutes(t *testing.T) {
 	root := t.TempDir()
 	writeFile(t, filepath.Join(root, "f"), "f")
 
-	if _, err := c.treeWatch(ctx, "relative", tree.ScanOptions{}); !errors.Is(err, errdefs.ErrInvalid) {
+	if _, err := c.treeWatch(ctx, "relative", filetree.ScanOptions{}); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Errorf("relative root: %v, want invalid", err)
 	}
-	if _, err := c.treeWatch(ctx, root, tree.ScanOptions{Include: []string{"f"}}); !errors.Is(err, errdefs.ErrInvalid) {
+	if _, err := c.treeWatch(ctx, root, filetree.ScanOptions{Include: []string{"f"}}); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Errorf("include: %v, want invalid", err)
 	}
 	_, err := c.treeScan(ctx, TreeScanRequest{Root: root, Watch: "nope", Generation: 3})
@@ -250,7 +250,7 @@ func TestTreeWatchRoutes(t *testing.T) {
 		t.Errorf("unknown watch: %v, want the daemon's 404 saying to watch again", err)
 	}
 
-	id, err := c.treeWatch(ctx, root, tree.ScanOptions{})
+	id, err := c.treeWatch(ctx, root, filetree.ScanOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,15 +276,15 @@ func TestTreeWatchRoutes(t *testing.T) {
 	}
 
 	for range maxTreeWatches - 1 {
-		if _, err := c.treeWatch(ctx, root, tree.ScanOptions{}); err != nil {
+		if _, err := c.treeWatch(ctx, root, filetree.ScanOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := c.treeWatch(ctx, root, tree.ScanOptions{}); !errors.Is(err, errdefs.ErrConflict) {
+	if _, err := c.treeWatch(ctx, root, filetree.ScanOptions{}); !errors.Is(err, errdefs.ErrConflict) {
 		t.Errorf("watch %d: %v, want conflict", maxTreeWatches+1, err)
 	}
 	// Refused a watch, a WatchedTree still answers, in full.
-	w, _ := c.WatchTree(root, tree.ScanOptions{})
+	w, _ := c.WatchTree(root, filetree.ScanOptions{})
 	if res := sameAsFullScan(t, c, w, root, nil, "refused"); !strings.Contains(res.Full, "would not watch") {
 		t.Errorf("refused watch: Full %q", res.Full)
 	}
@@ -302,7 +302,7 @@ func TestTreeWatchRoutes(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Error(err)
 	}
-	if _, err := w.Scan(ctx, tree.ScanOptions{}); err == nil {
+	if _, err := w.Scan(ctx, filetree.ScanOptions{}); err == nil {
 		t.Error("a closed WatchedTree scanned")
 	}
 }

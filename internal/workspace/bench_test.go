@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/agentrunner/runner/internal/filetree"
 	"github.com/agentrunner/runner/internal/workspace"
 	"github.com/agentrunner/runner/internal/workspace/fs"
-	"github.com/agentrunner/runner/internal/workspace/tree"
 )
 
 // The benchmark workspace: 10,000 files, 200 MB (20 KB each, 100 per
@@ -73,7 +73,7 @@ func BenchmarkCheckpointFull(b *testing.B) {
 		b.StopTimer()
 		m := workspace.Mount{Name: "bench", Store: newStore(b), Root: src}
 		b.StartTimer()
-		if _, _, err := workspace.Checkpoint(ctx, tree.Local{}, m, workspace.Manifest{}); err != nil {
+		if _, _, err := workspace.Checkpoint(ctx, filetree.Local{}, m, workspace.Manifest{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -84,7 +84,7 @@ func BenchmarkRestoreFull(b *testing.B) {
 	src := benchWorkspace(b)
 	ctx := context.Background()
 	m := workspace.Mount{Name: "bench", Store: newStore(b), Root: src}
-	if _, _, err := workspace.Checkpoint(ctx, tree.Local{}, m, workspace.Manifest{}); err != nil {
+	if _, _, err := workspace.Checkpoint(ctx, filetree.Local{}, m, workspace.Manifest{}); err != nil {
 		b.Fatal(err)
 	}
 	b.SetBytes(benchFiles * benchSize)
@@ -94,7 +94,7 @@ func BenchmarkRestoreFull(b *testing.B) {
 		m2 := m
 		m2.Root = dst
 		b.StartTimer()
-		if _, st, err := workspace.Restore(ctx, tree.Local{}, m2); err != nil || st.Transferred != benchFiles {
+		if _, st, err := workspace.Restore(ctx, filetree.Local{}, m2); err != nil || st.Transferred != benchFiles {
 			b.Fatalf("restore: %+v, %v", st, err)
 		}
 	}
@@ -112,9 +112,9 @@ func BenchmarkCheckpointIncremental(b *testing.B) {
 	i := 0
 	for _, mode := range []string{"watched", "full-scan"} {
 		m := workspace.Mount{Name: "bench", Store: newStore(b), Root: src}
-		var tr workspace.Tree = tree.Local{}
+		var tr workspace.Tree = filetree.Local{}
 		if mode == "watched" {
-			var n tree.Notifier
+			var n filetree.Notifier
 			w, err := n.Watch(src, m.ScanOptions(workspace.Manifest{}))
 			if err != nil {
 				b.Fatal(err)
@@ -183,12 +183,12 @@ func BenchmarkStatBaseline(b *testing.B) {
 // hash known: to hold against BenchmarkStatBaseline.
 func BenchmarkScanParallel(b *testing.B) {
 	src := benchWorkspace(b)
-	known, err := tree.Scan(src, tree.ScanOptions{})
+	known, err := filetree.Scan(src, filetree.ScanOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	for b.Loop() {
-		res, err := tree.Scan(src, tree.ScanOptions{Known: known.Entries, TrustBefore: known.Time + 1e15})
+		res, err := filetree.Scan(src, filetree.ScanOptions{Known: known.Entries, TrustBefore: known.Time + 1e15})
 		if err != nil || res.Hashed != 0 || len(res.Entries) < benchFiles {
 			b.Fatal(res.Hashed, len(res.Entries), err)
 		}

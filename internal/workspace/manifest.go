@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"strconv"
 
-	"github.com/agentrunner/runner/internal/workspace/tree"
+	"github.com/agentrunner/runner/internal/filetree"
 )
 
 // appendManifest appends m as encoding/json would write it, byte for byte
@@ -30,7 +30,7 @@ func appendManifest(b []byte, m Manifest) []byte {
 	return append(b, "]}"...)
 }
 
-func appendEntry(b []byte, e tree.Entry) []byte {
+func appendEntry(b []byte, e filetree.Entry) []byte {
 	b = append(b, `{"p":`...)
 	b = appendString(b, e.Path)
 	b = append(b, `,"k":`...)

@@ -16,13 +16,13 @@ import (
 	"sync"
 
 	"github.com/agentrunner/runner/internal/errdefs"
-	"github.com/agentrunner/runner/internal/workspace/tree"
+	"github.com/agentrunner/runner/internal/filetree"
 )
 
 // Tree is a sandbox's filesystem as the sync sees it: the local disk
 // (tree.Local) or a remote sandbox's daemon. Paths are relative to root.
 type Tree interface {
-	Scan(ctx context.Context, root string, opt tree.ScanOptions) (tree.Result, error)
+	Scan(ctx context.Context, root string, opt filetree.ScanOptions) (filetree.Result, error)
 	// Export streams the named entries as tar (missing ones left out).
 	Export(ctx context.Context, root string, paths []string) (io.ReadCloser, error)
 	// Import applies a tar stream (entries, and deletions marked with
@@ -33,7 +33,7 @@ type Tree interface {
 // WatchScanner scans one followed root (tree.Watch), reading again only
 // what changed since its previous scan.
 type WatchScanner interface {
-	Scan(ctx context.Context, opt tree.ScanOptions) (tree.Result, error)
+	Scan(ctx context.Context, opt filetree.ScanOptions) (filetree.Result, error)
 }
 
 // Watched is tr whose scans of root (whole, as a mount without Include
@@ -48,7 +48,7 @@ type watchedTree struct {
 	w    WatchScanner
 }
 
-func (t watchedTree) Scan(ctx context.Context, root string, opt tree.ScanOptions) (tree.Result, error) {
+func (t watchedTree) Scan(ctx context.Context, root string, opt filetree.ScanOptions) (filetree.Result, error) {
 	if root != t.root || len(opt.Include) > 0 {
 		return t.Tree.Scan(ctx, root, opt)
 	}
@@ -65,9 +65,9 @@ const ManifestKey = MetaDir + "/manifest.json"
 // Manifest is what a mount's store holds: every entry of the tree, with
 // the content hash of each file (its object is at the file's path).
 type Manifest struct {
-	Version int          `json:"version"`
-	Time    int64        `json:"time"` // the scan's start, on the tree's clock
-	Entries []tree.Entry `json:"entries"`
+	Version int              `json:"version"`
+	Time    int64            `json:"time"` // the scan's start, on the tree's clock
+	Entries []filetree.Entry `json:"entries"`
 }
 
 // Mount is one synced tree: a directory in the sandbox and its store.
@@ -81,8 +81,8 @@ type Mount struct {
 
 // ScanOptions are the options of a scan of m's tree that knows the
 // entries of known.
-func (m Mount) ScanOptions(known Manifest) tree.ScanOptions {
-	return tree.ScanOptions{Include: m.Include, Exclude: append([]string{"/" + MetaDir}, m.Exclude...), Known: known.Entries, TrustBefore: known.Time}
+func (m Mount) ScanOptions(known Manifest) filetree.ScanOptions {
+	return filetree.ScanOptions{Include: m.Include, Exclude: append([]string{"/" + MetaDir}, m.Exclude...), Known: known.Entries, TrustBefore: known.Time}
 }
 
 // Stats counts what one restore or checkpoint did.
@@ -170,7 +170,7 @@ func Restore(ctx context.Context, tr Tree, m Mount) (Manifest, Stats, error) {
 		deletes = append(deletes, e.Path)
 	}
 	haveIdx := index(have.Entries)
-	var puts []tree.Entry
+	var puts []filetree.Entry
 	for _, e := range man.Entries {
 		if h, ok := haveIdx[e.Path]; ok && sameForRestore(h, e) {
 			continue
@@ -210,21 +210,21 @@ func Restore(ctx context.Context, tr Tree, m Mount) (Manifest, Stats, error) {
 	return man, st, nil
 }
 
-func sameForRestore(have, want tree.Entry) bool {
+func sameForRestore(have, want filetree.Entry) bool {
 	if have.Kind != want.Kind || have.Mode != want.Mode {
 		return false
 	}
 	switch want.Kind {
-	case tree.File:
+	case filetree.File:
 		return have.Hash == want.Hash
-	case tree.Symlink:
+	case filetree.Symlink:
 		return have.Target == want.Target
 	}
 	return true
 }
 
-func index(es []tree.Entry) map[string]tree.Entry {
-	m := make(map[string]tree.Entry, len(es))
+func index(es []filetree.Entry) map[string]filetree.Entry {
+	m := make(map[string]filetree.Entry, len(es))
 	for _, e := range es {
 		m[e.Path] = e
 	}
@@ -247,10 +247,10 @@ type fetched struct {
 
 // writeRestoreTar writes deletions, then entries (objects fetched ahead by
 // workers, written in order), to w.
-func writeRestoreTar(ctx context.Context, w io.Writer, s Store, deletes []string, puts []tree.Entry) (map[string]string, int64, error) {
+func writeRestoreTar(ctx context.Context, w io.Writer, s Store, deletes []string, puts []filetree.Entry) (map[string]string, int64, error) {
 	tw := tar.NewWriter(w)
 	for _, d := range deletes {
-		if err := tw.WriteHeader(tree.DeleteHeader(d)); err != nil {
+		if err := tw.WriteHeader(filetree.DeleteHeader(d)); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -261,12 +261,12 @@ func writeRestoreTar(ctx context.Context, w io.Writer, s Store, deletes []string
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for i, e := range puts {
-		if e.Kind != tree.File || e.Size > inMemory {
+		if e.Kind != filetree.File || e.Size > inMemory {
 			continue
 		}
 		futures[i] = make(chan fetched, 1)
 		wg.Add(1)
-		go func(e tree.Entry, out chan<- fetched) {
+		go func(e filetree.Entry, out chan<- fetched) {
 			defer wg.Done()
 			select {
 			case sem <- struct{}{}:
@@ -282,8 +282,8 @@ func writeRestoreTar(ctx context.Context, w io.Writer, s Store, deletes []string
 	got := make(map[string]string)
 	var total int64
 	for i, e := range puts {
-		hdr := tree.Header(e)
-		if e.Kind != tree.File {
+		hdr := filetree.Header(e)
+		if e.Kind != filetree.File {
 			if err := tw.WriteHeader(hdr); err != nil {
 				return nil, 0, err
 			}
@@ -301,7 +301,7 @@ func writeRestoreTar(ctx context.Context, w io.Writer, s Store, deletes []string
 			if _, err := tw.Write(f.data); err != nil {
 				return nil, 0, err
 			}
-			got[e.Path] = tree.HashBytes(f.data)
+			got[e.Path] = filetree.HashBytes(f.data)
 			total += hdr.Size
 			continue
 		}
@@ -357,21 +357,21 @@ func Checkpoint(ctx context.Context, tr Tree, m Mount, prev Manifest) (Manifest,
 	for i, j := 0, 0; i < len(old) || j < len(cur); {
 		switch {
 		case j == len(cur) || i < len(old) && old[i].Path < cur[j].Path:
-			if old[i].Kind == tree.File {
+			if old[i].Kind == filetree.File {
 				missing = append(missing, old[i].Path)
 			}
 			i++
 		case i == len(old) || cur[j].Path < old[i].Path:
-			if cur[j].Kind == tree.File {
+			if cur[j].Kind == filetree.File {
 				changed = append(changed, cur[j].Path)
 			}
 			j++
 		default:
 			o, e := old[i], cur[j]
-			if e.Kind == tree.File && (o.Kind != tree.File || o.Hash != e.Hash || o.Size != e.Size) {
+			if e.Kind == filetree.File && (o.Kind != filetree.File || o.Hash != e.Hash || o.Size != e.Size) {
 				changed = append(changed, e.Path)
 			}
-			if o.Kind == tree.File && e.Kind != tree.File {
+			if o.Kind == filetree.File && e.Kind != filetree.File {
 				missing = append(missing, o.Path)
 			}
 			i, j = i+1, j+1
@@ -390,13 +390,13 @@ func Checkpoint(ctx context.Context, tr Tree, m Mount, prev Manifest) (Manifest,
 		}
 		st.Deleted++
 	}
-	uploaded := map[string]tree.Entry{}
+	uploaded := map[string]filetree.Entry{}
 	if len(changed) > 0 {
 		if uploaded, st.Bytes, err = upload(ctx, tr, m, changed); err != nil {
 			return Manifest{}, st, err
 		}
 	}
-	next := Manifest{Version: 1, Time: res.Time, Entries: make([]tree.Entry, 0, len(cur))}
+	next := Manifest{Version: 1, Time: res.Time, Entries: make([]filetree.Entry, 0, len(cur))}
 	k := 0
 	for _, e := range cur {
 		if k < len(changed) && changed[k] == e.Path {
@@ -404,7 +404,7 @@ func Checkpoint(ctx context.Context, tr Tree, m Mount, prev Manifest) (Manifest,
 			u, ok := uploaded[e.Path]
 			if !ok {
 				// Gone before it was read: its earlier object goes too.
-				if o, found := lookup(old, e.Path); found && o.Kind == tree.File && !conflicts(e.Path, cur) {
+				if o, found := lookup(old, e.Path); found && o.Kind == filetree.File && !conflicts(e.Path, cur) {
 					gone = append(gone, e.Path)
 				}
 				continue
@@ -435,8 +435,8 @@ func Checkpoint(ctx context.Context, tr Tree, m Mount, prev Manifest) (Manifest,
 // sortedEntries returns es sorted by path with one entry per path (a
 // scan's and a manifest's already are; a sandbox's answer is not
 // trusted to be).
-func sortedEntries(es []tree.Entry) []tree.Entry {
-	if slices.IsSortedFunc(es, func(a, b tree.Entry) int {
+func sortedEntries(es []filetree.Entry) []filetree.Entry {
+	if slices.IsSortedFunc(es, func(a, b filetree.Entry) int {
 		if c := strings.Compare(a.Path, b.Path); c != 0 {
 			return c
 		}
@@ -445,15 +445,15 @@ func sortedEntries(es []tree.Entry) []tree.Entry {
 		return es
 	}
 	es = slices.Clone(es)
-	slices.SortStableFunc(es, func(a, b tree.Entry) int { return strings.Compare(a.Path, b.Path) })
-	return slices.CompactFunc(es, func(a, b tree.Entry) bool { return a.Path == b.Path })
+	slices.SortStableFunc(es, func(a, b filetree.Entry) int { return strings.Compare(a.Path, b.Path) })
+	return slices.CompactFunc(es, func(a, b filetree.Entry) bool { return a.Path == b.Path })
 }
 
 // lookup finds p in entries sorted by path.
-func lookup(es []tree.Entry, p string) (tree.Entry, bool) {
-	i, ok := slices.BinarySearchFunc(es, p, func(e tree.Entry, p string) int { return strings.Compare(e.Path, p) })
+func lookup(es []filetree.Entry, p string) (filetree.Entry, bool) {
+	i, ok := slices.BinarySearchFunc(es, p, func(e filetree.Entry, p string) int { return strings.Compare(e.Path, p) })
 	if !ok {
-		return tree.Entry{}, false
+		return filetree.Entry{}, false
 	}
 	return es[i], true
 }
@@ -461,12 +461,12 @@ func lookup(es []tree.Entry, p string) (tree.Entry, bool) {
 // conflicts reports whether the file path p of an earlier tree clashes
 // with the current one (sorted by path): p is now a directory or symlink,
 // or one of its parents is no longer a directory.
-func conflicts(p string, cur []tree.Entry) bool {
-	if e, ok := lookup(cur, p); ok && e.Kind != tree.File {
+func conflicts(p string, cur []filetree.Entry) bool {
+	if e, ok := lookup(cur, p); ok && e.Kind != filetree.File {
 		return true
 	}
 	for d := path.Dir(p); d != "."; d = path.Dir(d) {
-		if e, ok := lookup(cur, d); ok && e.Kind != tree.Dir {
+		if e, ok := lookup(cur, d); ok && e.Kind != filetree.Dir {
 			return true
 		}
 	}
@@ -480,7 +480,7 @@ func manifestChanged(a, b Manifest) bool {
 // upload exports the changed files from the tree and puts each in the
 // store, small ones by parallel workers. It returns the entries as
 // uploaded (hash of what was sent).
-func upload(ctx context.Context, tr Tree, m Mount, paths []string) (map[string]tree.Entry, int64, error) {
+func upload(ctx context.Context, tr Tree, m Mount, paths []string) (map[string]filetree.Entry, int64, error) {
 	rc, err := tr.Export(ctx, m.Root, paths)
 	if err != nil {
 		return nil, 0, fmt.Errorf("checkpoint %s: export from the sandbox: %w", m.Name, err)
@@ -502,7 +502,7 @@ func upload(ctx context.Context, tr Tree, m Mount, paths []string) (map[string]t
 		mu.Unlock()
 	}
 	sem := make(chan struct{}, workers)
-	out := make(map[string]tree.Entry, len(paths))
+	out := make(map[string]filetree.Entry, len(paths))
 	asked := make(map[string]bool, len(paths))
 	for _, p := range paths {
 		asked[p] = true
@@ -521,7 +521,7 @@ func upload(ctx context.Context, tr Tree, m Mount, paths []string) (map[string]t
 		if hdr.Typeflag != tar.TypeReg {
 			continue
 		}
-		rel, err := tree.Clean(hdr.Name)
+		rel, err := filetree.Clean(hdr.Name)
 		if err != nil {
 			fail(fmt.Errorf("checkpoint %s: export from the sandbox: %w", m.Name, err))
 			break
@@ -530,7 +530,7 @@ func upload(ctx context.Context, tr Tree, m Mount, paths []string) (map[string]t
 			continue // the sandbox's stream is not trusted to name other keys
 		}
 		delete(asked, rel)
-		e := tree.Entry{Path: rel, Kind: tree.File, Mode: uint32(hdr.Mode & 0o7777), Size: hdr.Size, MTime: hdr.ModTime.UnixNano()}
+		e := filetree.Entry{Path: rel, Kind: filetree.File, Mode: uint32(hdr.Mode & 0o7777), Size: hdr.Size, MTime: hdr.ModTime.UnixNano()}
 		total += hdr.Size
 		if hdr.Size > inMemory {
 			h := sha256.New()
@@ -549,7 +549,7 @@ func upload(ctx context.Context, tr Tree, m Mount, paths []string) (map[string]t
 			fail(fmt.Errorf("checkpoint %s: export from the sandbox: %w", m.Name, err))
 			break
 		}
-		e.Hash = tree.HashBytes(b)
+		e.Hash = filetree.HashBytes(b)
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():

@@ -12,9 +12,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/agentrunner/runner/internal/filetree"
 	"github.com/agentrunner/runner/internal/workspace"
 	"github.com/agentrunner/runner/internal/workspace/fs"
-	"github.com/agentrunner/runner/internal/workspace/tree"
 )
 
 func write(t testing.TB, root, rel, content string, mode os.FileMode) {
@@ -32,9 +32,9 @@ func write(t testing.TB, root, rel, content string, mode os.FileMode) {
 }
 
 // snapshot lists a tree as the sync sees it, without times.
-func snapshot(t *testing.T, root string, exclude ...string) []tree.Entry {
+func snapshot(t *testing.T, root string, exclude ...string) []filetree.Entry {
 	t.Helper()
-	r, err := tree.Scan(root, tree.ScanOptions{Exclude: exclude})
+	r, err := filetree.Scan(root, filetree.ScanOptions{Exclude: exclude})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestCheckpointRestoreRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := newMount(t, src)
-	man, st, err := workspace.Checkpoint(ctx, tree.Local{}, m, workspace.Manifest{})
+	man, st, err := workspace.Checkpoint(ctx, filetree.Local{}, m, workspace.Manifest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestCheckpointRestoreRoundTrip(t *testing.T) {
 	dst := filepath.Join(t.TempDir(), "fresh")
 	m2 := m
 	m2.Root = dst
-	_, st, err = workspace.Restore(ctx, tree.Local{}, m2)
+	_, st, err = workspace.Restore(ctx, filetree.Local{}, m2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,13 +115,13 @@ func TestCheckpointIncrementalAndDeletes(t *testing.T) {
 	write(t, src, "becomes-dir", "file", 0o644)
 	write(t, src, "was-dir/x", "x", 0o644)
 	m := newMount(t, src)
-	man, _, err := workspace.Checkpoint(ctx, tree.Local{}, m, workspace.Manifest{})
+	man, _, err := workspace.Checkpoint(ctx, filetree.Local{}, m, workspace.Manifest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Nothing changed: nothing read, nothing written.
 	time.Sleep(10 * time.Millisecond) // let the clock pass the scan so the stat cache trusts its files
-	man, st, err := workspace.Checkpoint(ctx, tree.Local{}, m, man)
+	man, st, err := workspace.Checkpoint(ctx, filetree.Local{}, m, man)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestCheckpointIncrementalAndDeletes(t *testing.T) {
 	if err := os.Chmod(filepath.Join(src, "d/b/f1.txt"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	man, st, err = workspace.Checkpoint(ctx, tree.Local{}, m, man)
+	man, st, err = workspace.Checkpoint(ctx, filetree.Local{}, m, man)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestCheckpointIncrementalAndDeletes(t *testing.T) {
 	dst := t.TempDir()
 	m2 := m
 	m2.Root = dst
-	if _, _, err := workspace.Restore(ctx, tree.Local{}, m2); err != nil {
+	if _, _, err := workspace.Restore(ctx, filetree.Local{}, m2); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(snapshot(t, src), snapshot(t, dst)); diff != "" {
@@ -175,18 +175,18 @@ func TestRestoreOnlyWhatDiffers(t *testing.T) {
 	write(t, src, "b.txt", "b", 0o644)
 	write(t, src, "sub/c.txt", "c", 0o644)
 	m := newMount(t, src)
-	if _, _, err := workspace.Checkpoint(ctx, tree.Local{}, m, workspace.Manifest{}); err != nil {
+	if _, _, err := workspace.Checkpoint(ctx, filetree.Local{}, m, workspace.Manifest{}); err != nil {
 		t.Fatal(err)
 	}
 	dst := t.TempDir()
 	m2 := m
 	m2.Root = dst
-	if _, _, err := workspace.Restore(ctx, tree.Local{}, m2); err != nil {
+	if _, _, err := workspace.Restore(ctx, filetree.Local{}, m2); err != nil {
 		t.Fatal(err)
 	}
 	write(t, dst, "b.txt", "stale edit", 0o644)
 	write(t, dst, "extra/new.txt", "not in the store", 0o644)
-	_, st, err := workspace.Restore(ctx, tree.Local{}, m2)
+	_, st, err := workspace.Restore(ctx, filetree.Local{}, m2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,17 +208,17 @@ func TestRestoredTreeNeedsNoRehash(t *testing.T) {
 		write(t, src, filepath.Join("f", string(rune('a'+i))), "x", 0o644)
 	}
 	m := newMount(t, src)
-	if _, _, err := workspace.Checkpoint(ctx, tree.Local{}, m, workspace.Manifest{}); err != nil {
+	if _, _, err := workspace.Checkpoint(ctx, filetree.Local{}, m, workspace.Manifest{}); err != nil {
 		t.Fatal(err)
 	}
 	dst := t.TempDir()
 	m2 := m
 	m2.Root = dst
-	man, _, err := workspace.Restore(ctx, tree.Local{}, m2)
+	man, _, err := workspace.Restore(ctx, filetree.Local{}, m2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, st, err := workspace.Checkpoint(ctx, tree.Local{}, m2, man)
+	_, st, err := workspace.Checkpoint(ctx, filetree.Local{}, m2, man)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,12 +235,12 @@ func TestRestoreRefusesEscapes(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := newMount(t, src)
-	man, _, err := workspace.Checkpoint(ctx, tree.Local{}, m, workspace.Manifest{})
+	man, _, err := workspace.Checkpoint(ctx, filetree.Local{}, m, workspace.Manifest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A manifest naming a file behind the symlink must not write through it.
-	man.Entries = append(man.Entries, tree.Entry{Path: "out/pwned", Kind: tree.File, Mode: 0o644, Size: 1, Hash: tree.HashBytes([]byte("x"))})
+	man.Entries = append(man.Entries, filetree.Entry{Path: "out/pwned", Kind: filetree.File, Mode: 0o644, Size: 1, Hash: filetree.HashBytes([]byte("x"))})
 	if err := m.Store.Put(ctx, "out/pwned", stringsReader("x"), 1); err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +248,7 @@ func TestRestoreRefusesEscapes(t *testing.T) {
 	dst := t.TempDir()
 	m2 := m
 	m2.Root = dst
-	_, _, _ = workspace.Restore(ctx, tree.Local{}, m2)
+	_, _, _ = workspace.Restore(ctx, filetree.Local{}, m2)
 	if _, err := os.Stat(filepath.Join(outside, "pwned")); err == nil {
 		t.Fatal("restore wrote through a symlink out of the tree")
 	}
@@ -256,7 +256,7 @@ func TestRestoreRefusesEscapes(t *testing.T) {
 
 // lyingTree is a sandbox whose export stream carries an entry nobody
 // asked for.
-type lyingTree struct{ tree.Local }
+type lyingTree struct{ filetree.Local }
 
 func (l lyingTree) Export(ctx context.Context, root string, paths []string) (io.ReadCloser, error) {
 	var buf bytes.Buffer

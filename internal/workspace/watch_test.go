@@ -11,9 +11,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/agentrunner/runner/internal/filetree"
 	"github.com/agentrunner/runner/internal/workspace"
 	"github.com/agentrunner/runner/internal/workspace/fs"
-	"github.com/agentrunner/runner/internal/workspace/tree"
 )
 
 // TestWatchedCheckpointMatchesFullScan checkpoints one tree twice after
@@ -36,20 +36,20 @@ func TestWatchedCheckpointMatchesFullScan(t *testing.T) {
 	full := workspace.Mount{Name: "workspace", Store: newStore(), Root: root, Exclude: []string{"/agent-files", ".credentials.json"}}
 	viaWatch := full
 	viaWatch.Store = newStore()
-	var n tree.Notifier
+	var n filetree.Notifier
 	w, err := n.Watch(root, viaWatch.ScanOptions(workspace.Manifest{}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	watched := workspace.Watched(tree.Local{}, root, w)
+	watched := workspace.Watched(filetree.Local{}, root, w)
 
 	var manFull, manWatch workspace.Manifest
 	step := func(name string) workspace.Stats {
 		t.Helper()
 		var stF, stW workspace.Stats
 		var err error
-		if manFull, stF, err = workspace.Checkpoint(ctx, tree.Local{}, full, manFull); err != nil {
+		if manFull, stF, err = workspace.Checkpoint(ctx, filetree.Local{}, full, manFull); err != nil {
 			t.Fatalf("%s: full checkpoint: %v", name, err)
 		}
 		if manWatch, stW, err = workspace.Checkpoint(ctx, watched, viaWatch, manWatch); err != nil {
@@ -107,7 +107,7 @@ func TestWatchedCheckpointMatchesFullScan(t *testing.T) {
 		}
 	}
 	dst := workspace.Mount{Name: "workspace", Store: viaWatch.Store, Root: filepath.Join(t.TempDir(), "ws")}
-	if _, _, err := workspace.Restore(ctx, tree.Local{}, dst); err != nil {
+	if _, _, err := workspace.Restore(ctx, filetree.Local{}, dst); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(snapshot(t, root), snapshot(t, dst.Root), cmpopts.EquateEmpty()); diff != "" {
@@ -121,9 +121,9 @@ func FuzzManifestEncoding(f *testing.F) {
 	f.Add("a<b>&\"c\\\x01é\xff", "l", uint32(0o777), int64(0), int64(0), "", "../../ta\u2028rget")
 	f.Fuzz(func(t *testing.T, p, kind string, mode uint32, size, mtime int64, hash, target string) {
 		for _, m := range []workspace.Manifest{
-			{Version: 1, Time: mtime, Entries: []tree.Entry{{Path: p, Kind: kind, Mode: mode, Size: size, MTime: mtime, Hash: hash, Target: target}, {Path: target, Kind: "d"}}},
+			{Version: 1, Time: mtime, Entries: []filetree.Entry{{Path: p, Kind: kind, Mode: mode, Size: size, MTime: mtime, Hash: hash, Target: target}, {Path: target, Kind: "d"}}},
 			{Version: 1},
-			{Version: 1, Entries: []tree.Entry{}},
+			{Version: 1, Entries: []filetree.Entry{}},
 		} {
 			want, err := json.Marshal(m)
 			if err != nil {

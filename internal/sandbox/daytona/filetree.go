@@ -4,8 +4,8 @@ import (
 	"context"
 	"io"
 
+	"github.com/agentrunner/runner/internal/filetree"
 	"github.com/agentrunner/runner/internal/sandbox"
-	"github.com/agentrunner/runner/internal/workspace/tree"
 )
 
 var (
@@ -15,7 +15,7 @@ var (
 
 // Scan implements sandbox.FileTree through the sandbox's daemon, which
 // hashes the files where they are.
-func (s *Sandbox) Scan(ctx context.Context, root string, opt tree.ScanOptions) (tree.Result, error) {
+func (s *Sandbox) Scan(ctx context.Context, root string, opt filetree.ScanOptions) (filetree.Result, error) {
 	return s.daemon.TreeScan(ctx, root, opt)
 }
 
@@ -33,6 +33,6 @@ func (s *Sandbox) Import(ctx context.Context, root string, r io.Reader) error {
 // with inotify inside the sandbox, and a checkpoint's scan brings back
 // only what changed since the previous one. A daemon without watches (an
 // older binary baked into a snapshot) gets full scans, as before.
-func (s *Sandbox) WatchTree(root string, opt tree.ScanOptions) (sandbox.TreeWatch, error) {
+func (s *Sandbox) WatchTree(root string, opt filetree.ScanOptions) (sandbox.TreeWatch, error) {
 	return s.daemon.WatchTree(root, opt)
 }

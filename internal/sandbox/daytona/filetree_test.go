@@ -15,13 +15,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/agentrunner/runner/internal/filetree"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandbox/daytona"
 	"github.com/agentrunner/runner/internal/sandbox/daytona/daytonatest"
 	"github.com/agentrunner/runner/internal/sandboxd"
 	"github.com/agentrunner/runner/internal/workspace"
 	"github.com/agentrunner/runner/internal/workspace/fs"
-	"github.com/agentrunner/runner/internal/workspace/tree"
 )
 
 // scanTraffic counts the bytes of tree scans to and from the daemon:
@@ -185,7 +185,7 @@ func TestCheckpointThroughWatch(t *testing.T) {
 		}
 		return st
 	}
-	if st := same("first"); st.Full != tree.FirstScan || st.Entries != 10_100 {
+	if st := same("first"); st.Full != filetree.FirstScan || st.Entries != 10_100 {
 		t.Fatalf("first checkpoint: %+v, want a first scan of 10,100 entries", st)
 	}
 

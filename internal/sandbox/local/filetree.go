@@ -5,8 +5,8 @@ import (
 	"io"
 
 	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/filetree"
 	"github.com/agentrunner/runner/internal/sandbox"
-	"github.com/agentrunner/runner/internal/workspace/tree"
 )
 
 var (
@@ -25,21 +25,21 @@ func (s *Sandbox) treeRoot(root string) error {
 
 // owner is who what the runner writes into the sandbox belongs to: the
 // sandbox user, or nil for the runner's own uid.
-func (s *Sandbox) owner() *tree.Owner {
+func (s *Sandbox) owner() *filetree.Owner {
 	if u := s.p.user(); u != nil {
-		return &tree.Owner{UID: u.uid, GID: u.gid}
+		return &filetree.Owner{UID: u.uid, GID: u.gid}
 	}
 	return nil
 }
 
-func (s *Sandbox) local() tree.Local {
-	return tree.Local{Owner: s.owner()}
+func (s *Sandbox) local() filetree.Local {
+	return filetree.Local{Owner: s.owner()}
 }
 
 // Scan implements sandbox.FileTree.
-func (s *Sandbox) Scan(ctx context.Context, root string, opt tree.ScanOptions) (tree.Result, error) {
+func (s *Sandbox) Scan(ctx context.Context, root string, opt filetree.ScanOptions) (filetree.Result, error) {
 	if err := s.treeRoot(root); err != nil {
-		return tree.Result{}, err
+		return filetree.Result{}, err
 	}
 	return s.local().Scan(ctx, root, opt)
 }
@@ -63,7 +63,7 @@ func (s *Sandbox) Import(ctx context.Context, root string, r io.Reader) error {
 
 // WatchTree implements sandbox.TreeWatcher: the provider's one inotify
 // instance follows the tree.
-func (s *Sandbox) WatchTree(root string, opt tree.ScanOptions) (sandbox.TreeWatch, error) {
+func (s *Sandbox) WatchTree(root string, opt filetree.ScanOptions) (sandbox.TreeWatch, error) {
 	if err := s.treeRoot(root); err != nil {
 		return nil, err
 	}

@@ -19,10 +19,10 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/filetree"
 	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandbox/egress"
-	"github.com/agentrunner/runner/internal/workspace/tree"
 )
 
 // Isolation values for Config.Isolation.
@@ -124,7 +124,7 @@ type Provider struct {
 	net    *netstack
 	netErr error
 	// notifier follows the durable trees of its sandboxes (WatchTree).
-	notifier tree.Notifier
+	notifier filetree.Notifier
 	disk     *disk // nil without a disk quota or with isolation "none"
 }
 
@@ -503,7 +503,7 @@ func (s *Sandbox) WriteFile(ctx context.Context, path string, data []byte, mode 
 	if mode == 0 {
 		mode = 0o644
 	}
-	if err := tree.WriteFile(base, filepath.ToSlash(rel), bytes.NewReader(data), mode, 0o755, s.owner()); err != nil {
+	if err := filetree.WriteFile(base, filepath.ToSlash(rel), bytes.NewReader(data), mode, 0o755, s.owner()); err != nil {
 		return fmt.Errorf("sandbox %s: %w", s.info.ID, err)
 	}
 	return nil

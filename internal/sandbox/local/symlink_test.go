@@ -6,10 +6,10 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/agentrunner/runner/internal/filetree"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandbox/local"
 	"github.com/agentrunner/runner/internal/sandbox/sandboxtest"
-	"github.com/agentrunner/runner/internal/workspace/tree"
 )
 
 // The agent plants links where the runner writes next (AGENTS.md, a
@@ -41,7 +41,7 @@ func TestWriteFileNeverFollowsAPlantedLink(t *testing.T) {
 					t.Fatalf("%s = %v, %v; want a regular file", path, fi, err)
 				}
 			}
-			if err := sb.WriteFile(t.Context(), info.Workdir+"/sub/victim", []byte("RUNNER"), 0o600); !errors.Is(err, tree.ErrLink) {
+			if err := sb.WriteFile(t.Context(), info.Workdir+"/sub/victim", []byte("RUNNER"), 0o600); !errors.Is(err, filetree.ErrLink) {
 				t.Fatalf("write through a linked directory: %v, want ErrLink", err)
 			}
 			if b, err := os.ReadFile(victim); err != nil || string(b) != "HOST" {

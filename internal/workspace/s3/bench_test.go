@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/agentrunner/runner/internal/filetree"
 	"github.com/agentrunner/runner/internal/workspace"
 	"github.com/agentrunner/runner/internal/workspace/s3"
-	"github.com/agentrunner/runner/internal/workspace/tree"
 	"github.com/agentrunner/runner/internal/workspace/workspacetest"
 )
 
@@ -37,13 +37,13 @@ func BenchmarkS3Checkpoint(b *testing.B) {
 	}
 	b.Run("full", func(b *testing.B) {
 		for b.Loop() {
-			if _, _, err := workspace.Checkpoint(ctx, tree.Local{}, mount(), workspace.Manifest{}); err != nil {
+			if _, _, err := workspace.Checkpoint(ctx, filetree.Local{}, mount(), workspace.Manifest{}); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	m := mount()
-	man, _, err := workspace.Checkpoint(ctx, tree.Local{}, m, workspace.Manifest{})
+	man, _, err := workspace.Checkpoint(ctx, filetree.Local{}, m, workspace.Manifest{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func BenchmarkS3Checkpoint(b *testing.B) {
 			m2 := m
 			m2.Root = filepath.Join(b.TempDir(), "ws")
 			b.StartTimer()
-			if _, _, err := workspace.Restore(ctx, tree.Local{}, m2); err != nil {
+			if _, _, err := workspace.Restore(ctx, filetree.Local{}, m2); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -65,7 +65,7 @@ func BenchmarkS3Checkpoint(b *testing.B) {
 			i++
 			_ = os.WriteFile(filepath.Join(src, "d04", "f0420"), fmt.Appendf(nil, "v%d", i), 0o644)
 			b.StartTimer()
-			if man, _, err = workspace.Checkpoint(ctx, tree.Local{}, m, man); err != nil {
+			if man, _, err = workspace.Checkpoint(ctx, filetree.Local{}, m, man); err != nil {
 				b.Fatal(err)
 			}
 		}

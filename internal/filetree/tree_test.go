@@ -1,4 +1,4 @@
-package tree_test
+package filetree_test
 
 import (
 	"archive/tar"
@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/agentrunner/runner/internal/workspace/tree"
+	"github.com/agentrunner/runner/internal/filetree"
 )
 
 func TestExcluded(t *testing.T) {
@@ -23,7 +23,7 @@ func TestExcluded(t *testing.T) {
 		"src/.cache":                false,
 		"main.go":                   false,
 	} {
-		if got := tree.Excluded(rel, pats); got != want {
+		if got := filetree.Excluded(rel, pats); got != want {
 			t.Errorf("Excluded(%q) = %v, want %v", rel, got, want)
 		}
 	}
@@ -39,7 +39,7 @@ func TestScanInclude(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	res, err := tree.Scan(root, tree.ScanOptions{Include: []string{".claude/projects", "missing"}})
+	res, err := filetree.Scan(root, filetree.ScanOptions{Include: []string{".claude/projects", "missing"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func FuzzImport(f *testing.F) {
 	_ = tw.WriteHeader(&tar.Header{Name: "link/escaped", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644})
 	_, _ = tw.Write([]byte("x"))
 	_ = tw.WriteHeader(&tar.Header{Name: "../up", Typeflag: tar.TypeReg, Mode: 0o644})
-	_ = tw.WriteHeader(tree.DeleteHeader("a"))
+	_ = tw.WriteHeader(filetree.DeleteHeader("a"))
 	_ = tw.Close()
 	f.Add(buf.Bytes())
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -77,7 +77,7 @@ func FuzzImport(f *testing.F) {
 		if err := os.MkdirAll(outside, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		_ = tree.Import(root, bytes.NewReader(b), nil)
+		_ = filetree.Import(root, bytes.NewReader(b), nil)
 		ents, err := os.ReadDir(base)
 		if err != nil {
 			t.Fatal(err)

@@ -1,4 +1,4 @@
-package tree_test
+package filetree_test
 
 import (
 	"crypto/sha256"
@@ -14,14 +14,14 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/agentrunner/runner/internal/workspace/tree"
+	"github.com/agentrunner/runner/internal/filetree"
 )
 
 // walkScan is the scan as it was before it read directories in parallel
 // (filepath.WalkDir and an Lstat per entry): the parallel one must list
 // exactly what it listed.
-func walkScan(root string, opt tree.ScanOptions) ([]tree.Entry, error) {
-	var out []tree.Entry
+func walkScan(root string, opt filetree.ScanOptions) ([]filetree.Entry, error) {
+	var out []filetree.Entry
 	starts := []string{""}
 	if len(opt.Include) > 0 {
 		starts = opt.Include
@@ -40,7 +40,7 @@ func walkScan(root string, opt tree.ScanOptions) ([]tree.Entry, error) {
 			if rel == "." {
 				return nil
 			}
-			if tree.Excluded(rel, opt.Exclude) || seen[rel] {
+			if filetree.Excluded(rel, opt.Exclude) || seen[rel] {
 				if d.IsDir() {
 					return filepath.SkipDir
 				}
@@ -52,7 +52,7 @@ func walkScan(root string, opt tree.ScanOptions) ([]tree.Entry, error) {
 				return err
 			}
 			m := info.Mode()
-			e := tree.Entry{Path: rel, Mode: uint32(m.Perm())}
+			e := filetree.Entry{Path: rel, Mode: uint32(m.Perm())}
 			if m&fs.ModeSetuid != 0 {
 				e.Mode |= 0o4000
 			}
@@ -71,12 +71,12 @@ func walkScan(root string, opt tree.ScanOptions) ([]tree.Entry, error) {
 				h := sha256.New()
 				n, _ := io.Copy(h, f)
 				f.Close()
-				e.Kind, e.Size, e.MTime, e.Hash = tree.File, n, info.ModTime().UnixNano(), hex.EncodeToString(h.Sum(nil))
+				e.Kind, e.Size, e.MTime, e.Hash = filetree.File, n, info.ModTime().UnixNano(), hex.EncodeToString(h.Sum(nil))
 			case m.IsDir():
-				e.Kind = tree.Dir
+				e.Kind = filetree.Dir
 			case m&fs.ModeSymlink != 0:
 				t, _ := os.Readlink(p)
-				e.Kind, e.Target, e.Mode = tree.Symlink, t, 0o777
+				e.Kind, e.Target, e.Mode = filetree.Symlink, t, 0o777
 			default:
 				return nil
 			}
@@ -136,7 +136,7 @@ func sample(t *testing.T) string {
 
 func TestScanMatchesWalk(t *testing.T) {
 	root := sample(t)
-	for name, opt := range map[string]tree.ScanOptions{
+	for name, opt := range map[string]filetree.ScanOptions{
 		"all":      {},
 		"excluded": {Exclude: []string{".credentials.json", "/skip", "*.txt"}},
 		"included": {Include: []string{"b", "a/y", "a", "a.txt", "missing", "dirlink"}, Exclude: []string{"/a/y"}},
@@ -146,7 +146,7 @@ func TestScanMatchesWalk(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := tree.Scan(root, opt)
+			got, err := filetree.Scan(root, opt)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -159,12 +159,12 @@ func TestScanMatchesWalk(t *testing.T) {
 
 func TestScanKnownHashes(t *testing.T) {
 	root := sample(t)
-	first, err := tree.Scan(root, tree.ScanOptions{})
+	first, err := filetree.Scan(root, filetree.ScanOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Trusted: nothing is read again.
-	again, err := tree.Scan(root, tree.ScanOptions{Known: first.Entries, TrustBefore: first.Time + 1e12})
+	again, err := filetree.Scan(root, filetree.ScanOptions{Known: first.Entries, TrustBefore: first.Time + 1e12})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestScanKnownHashes(t *testing.T) {
 		t.Errorf("(-first +again):\n%s", diff)
 	}
 	// Modified in the instant of the earlier scan: read again.
-	again, err = tree.Scan(root, tree.ScanOptions{Known: first.Entries, TrustBefore: 0})
+	again, err = filetree.Scan(root, filetree.ScanOptions{Known: first.Entries, TrustBefore: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func TestScanKnownHashes(t *testing.T) {
 }
 
 func TestScanMissingRoot(t *testing.T) {
-	res, err := tree.Scan(filepath.Join(t.TempDir(), "none"), tree.ScanOptions{})
+	res, err := filetree.Scan(filepath.Join(t.TempDir(), "none"), filetree.ScanOptions{})
 	if err != nil || len(res.Entries) != 0 {
 		t.Fatalf("scan of a missing root = %v, %v; want empty", res.Entries, err)
 	}

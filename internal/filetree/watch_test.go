@@ -1,4 +1,4 @@
-package tree_test
+package filetree_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"golang.org/x/sys/unix"
 
-	"github.com/agentrunner/runner/internal/workspace/tree"
+	"github.com/agentrunner/runner/internal/filetree"
 )
 
 var watchExclude = []string{".credentials.json", "/.agenta-runner"}
@@ -23,13 +23,13 @@ var watchExclude = []string{".credentials.json", "/.agenta-runner"}
 type watched struct {
 	t    *testing.T
 	root string
-	w    *tree.Watch
-	last tree.Result
+	w    *filetree.Watch
+	last filetree.Result
 }
 
-func watch(t *testing.T, n *tree.Notifier, root string) *watched {
+func watch(t *testing.T, n *filetree.Notifier, root string) *watched {
 	t.Helper()
-	w, err := n.Watch(root, tree.ScanOptions{Exclude: watchExclude})
+	w, err := n.Watch(root, filetree.ScanOptions{Exclude: watchExclude})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,13 +40,13 @@ func watch(t *testing.T, n *tree.Notifier, root string) *watched {
 // check scans through the watch and compares with a full scan; full is
 // the reason expected for reading everything ("" for an incremental
 // scan, "*" for any).
-func (ww *watched) check(step, full string) tree.Result {
+func (ww *watched) check(step, full string) filetree.Result {
 	ww.t.Helper()
-	got, err := ww.w.Scan(context.Background(), tree.ScanOptions{Known: ww.last.Entries, TrustBefore: ww.last.Time})
+	got, err := ww.w.Scan(context.Background(), filetree.ScanOptions{Known: ww.last.Entries, TrustBefore: ww.last.Time})
 	if err != nil {
 		ww.t.Fatalf("%s: watched scan: %v", step, err)
 	}
-	want, err := tree.Scan(ww.root, tree.ScanOptions{Exclude: watchExclude})
+	want, err := filetree.Scan(ww.root, filetree.ScanOptions{Exclude: watchExclude})
 	if err != nil {
 		ww.t.Fatal(err)
 	}
@@ -64,13 +64,13 @@ func (ww *watched) check(step, full string) tree.Result {
 	return got
 }
 
-func find(es []tree.Entry, p string) tree.Entry {
+func find(es []filetree.Entry, p string) filetree.Entry {
 	for _, e := range es {
 		if e.Path == p {
 			return e
 		}
 	}
-	return tree.Entry{}
+	return filetree.Entry{}
 }
 
 func must(t *testing.T, err error) {
@@ -93,7 +93,7 @@ func base(t *testing.T) string {
 }
 
 func TestWatchMatchesFullScan(t *testing.T) {
-	var n tree.Notifier
+	var n filetree.Notifier
 	root := base(t)
 	outside := t.TempDir()
 	ww := watch(t, &n, root)
@@ -183,7 +183,7 @@ func TestWatchMatchesFullScan(t *testing.T) {
 }
 
 func TestWatchRaceWithRead(t *testing.T) {
-	var n tree.Notifier
+	var n filetree.Notifier
 	root := base(t)
 	ww := watch(t, &n, root)
 	ww.check("first", "first scan")
@@ -199,13 +199,13 @@ func TestWatchRaceWithRead(t *testing.T) {
 		write(t, root, "d1/e0/f0", "changed just before the read")
 		write(t, root, "d0/e0/f0", "changed during the scan, in a directory not read")
 	})
-	got, err := ww.w.Scan(context.Background(), tree.ScanOptions{Known: ww.last.Entries, TrustBefore: ww.last.Time})
+	got, err := ww.w.Scan(context.Background(), filetree.ScanOptions{Known: ww.last.Entries, TrustBefore: ww.last.Time})
 	must(t, err)
 	ww.w.BeforeRead(nil)
 	if !raced {
 		t.Fatal("the scan never read d1/e0")
 	}
-	if e := find(got.Entries, "d1/e0/f0"); e.Hash != tree.HashBytes([]byte("changed just before the read")) {
+	if e := find(got.Entries, "d1/e0/f0"); e.Hash != filetree.HashBytes([]byte("changed just before the read")) {
 		t.Errorf("the scan missed a change made before it read the directory: %+v", e)
 	}
 	ww.last = got
@@ -214,7 +214,7 @@ func TestWatchRaceWithRead(t *testing.T) {
 }
 
 func TestWatchOverflowReadsEverything(t *testing.T) {
-	var n tree.Notifier
+	var n filetree.Notifier
 	root := base(t)
 	ww := watch(t, &n, root)
 	ww.check("first", "first scan")
@@ -226,7 +226,7 @@ func TestWatchOverflowReadsEverything(t *testing.T) {
 }
 
 func TestWatchLimitFallsBack(t *testing.T) {
-	var n tree.Notifier
+	var n filetree.Notifier
 	added := 0
 	n.SetAddWatch(func(fd int, path string, mask uint32) (int, error) {
 		if added++; added > 5 {
@@ -242,7 +242,7 @@ func TestWatchLimitFallsBack(t *testing.T) {
 }
 
 func TestWatchRootRemoved(t *testing.T) {
-	var n tree.Notifier
+	var n filetree.Notifier
 	root := filepath.Join(base(t), "ws")
 	ww := watch(t, &n, root)
 	ww.check("missing root", "first scan")
@@ -258,7 +258,7 @@ func TestWatchRootRemoved(t *testing.T) {
 }
 
 func TestWatchTwoTrees(t *testing.T) {
-	var n tree.Notifier
+	var n filetree.Notifier
 	parent := t.TempDir()
 	a, b := filepath.Join(parent, "work"), filepath.Join(parent, "work-agent")
 	write(t, a, "x/y/f", "in a")
@@ -275,17 +275,17 @@ func TestWatchTwoTrees(t *testing.T) {
 }
 
 func TestWatchPeriodicFullScan(t *testing.T) {
-	var n tree.Notifier
+	var n filetree.Notifier
 	root := base(t)
 	ww := watch(t, &n, root)
 	ww.check("first", "first scan")
-	ww.w.SetLastFull(time.Now().Add(-tree.FullEvery))
+	ww.w.SetLastFull(time.Now().Add(-filetree.FullEvery))
 	ww.check("stale", "periodic")
 	ww.check("fresh again", "")
 }
 
 func TestWatchCloseEndsTheReader(t *testing.T) {
-	var n tree.Notifier
+	var n filetree.Notifier
 	a := watch(t, &n, base(t))
 	b := watch(t, &n, base(t))
 	a.check("a", "first scan")
@@ -299,7 +299,7 @@ func TestWatchCloseEndsTheReader(t *testing.T) {
 	if n.Open() {
 		t.Fatal("the notifier kept its descriptor after its last watch closed")
 	}
-	if _, err := b.w.Scan(context.Background(), tree.ScanOptions{}); err == nil {
+	if _, err := b.w.Scan(context.Background(), filetree.ScanOptions{}); err == nil {
 		t.Error("a closed watch scanned")
 	}
 	// A new watch opens it again.
@@ -308,8 +308,8 @@ func TestWatchCloseEndsTheReader(t *testing.T) {
 }
 
 func TestWatchRefusesInclude(t *testing.T) {
-	var n tree.Notifier
-	if _, err := n.Watch(t.TempDir(), tree.ScanOptions{Include: []string{".claude/projects"}}); err == nil {
+	var n filetree.Notifier
+	if _, err := n.Watch(t.TempDir(), filetree.ScanOptions{Include: []string{".claude/projects"}}); err == nil {
 		t.Fatal("watched a scan with included paths")
 	}
 }

@@ -1,10 +1,10 @@
-// Package tree lists, exports and imports a directory tree as the durable
+// Package filetree lists, exports and imports a directory tree as the durable
 // workspace sync sees it: regular files (with a content hash), directories
 // and symlinks, each with its permission bits. It works on the local disk;
 // the local sandbox provider and sandboxd (inside remote sandboxes) serve it
 // to the runner. Transfers are tar streams; deletions travel in the same
 // stream as entries marked with a PAX record.
-package tree
+package filetree
 
 import (
 	"crypto/sha256"

@@ -1,4 +1,4 @@
-package tree_test
+package filetree_test
 
 import (
 	"archive/tar"
@@ -12,7 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/agentrunner/runner/internal/workspace/tree"
+	"github.com/agentrunner/runner/internal/filetree"
 )
 
 // victim is a host file outside every root; the tests assert that it keeps
@@ -61,7 +61,7 @@ func TestWriteFileReplacesALinkAtThePath(t *testing.T) {
 	if err := os.Symlink(v, filepath.Join(root, "AGENTS.md")); err != nil {
 		t.Fatal(err)
 	}
-	if err := tree.WriteFile(root, "AGENTS.md", strings.NewReader("mine"), 0o644, 0, nil); err != nil {
+	if err := filetree.WriteFile(root, "AGENTS.md", strings.NewReader("mine"), 0o644, 0, nil); err != nil {
 		t.Fatal(err)
 	}
 	untouched(t, v)
@@ -86,8 +86,8 @@ func TestWriteFileRefusesALinkAmongTheParents(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, rel := range []string{"out/victim", "out/new", "in/x", "file/x", "plain/x", "real/../out/victim"} {
-		err := tree.WriteFile(root, rel, strings.NewReader("mine"), 0o644, 0, nil)
-		if !errors.Is(err, tree.ErrLink) {
+		err := filetree.WriteFile(root, rel, strings.NewReader("mine"), 0o644, 0, nil)
+		if !errors.Is(err, filetree.ErrLink) {
 			t.Errorf("write %s: %v, want ErrLink", rel, err)
 		}
 	}
@@ -102,20 +102,20 @@ func TestWriteFileRefusesALinkAmongTheParents(t *testing.T) {
 
 func TestWriteFileCreatesParentsAndRefusesADirectory(t *testing.T) {
 	root := t.TempDir()
-	if err := tree.WriteFile(root, "a/b/c.txt", strings.NewReader("x"), 0o600, 0, nil); err != nil {
+	if err := filetree.WriteFile(root, "a/b/c.txt", strings.NewReader("x"), 0o600, 0, nil); err != nil {
 		t.Fatal(err)
 	}
 	if b, err := os.ReadFile(filepath.Join(root, "a/b/c.txt")); err != nil || string(b) != "x" {
 		t.Fatalf("a/b/c.txt = %q, %v", b, err)
 	}
-	if err := tree.WriteFile(root, "a/b", strings.NewReader("x"), 0o600, 0, nil); err == nil || !strings.Contains(err.Error(), "a/b") {
+	if err := filetree.WriteFile(root, "a/b", strings.NewReader("x"), 0o600, 0, nil); err == nil || !strings.Contains(err.Error(), "a/b") {
 		t.Fatalf("write over a directory: %v, want an error naming a/b", err)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(root, "a")); len(ents) != 1 {
 		t.Fatalf("a holds %v, want b alone (no temporary file left)", ents)
 	}
 	for _, rel := range []string{"../x", "/etc/passwd", "", "."} {
-		if err := tree.WriteFile(root, rel, strings.NewReader("x"), 0o600, 0, nil); err == nil {
+		if err := filetree.WriteFile(root, rel, strings.NewReader("x"), 0o600, 0, nil); err == nil {
 			t.Errorf("write %q: no error", rel)
 		}
 	}
@@ -124,7 +124,7 @@ func TestWriteFileCreatesParentsAndRefusesADirectory(t *testing.T) {
 func TestOpenNeverFollowsALink(t *testing.T) {
 	root, v := rootWithFile(t), victim(t)
 	plant(t, root, map[string]string{"leaf": v, "dir": filepath.Dir(v), "inleaf": filepath.Join(root, "d/f"), "indir": "d"})
-	f, err := tree.Open(root, "d/f")
+	f, err := filetree.Open(root, "d/f")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,14 +134,14 @@ func TestOpenNeverFollowsALink(t *testing.T) {
 		t.Fatalf("d/f = %q", b)
 	}
 	for _, rel := range []string{"leaf", "dir/victim", "inleaf", "indir/f"} {
-		if f, err := tree.Open(root, rel); !errors.Is(err, tree.ErrLink) {
+		if f, err := filetree.Open(root, rel); !errors.Is(err, filetree.ErrLink) {
 			if f != nil {
 				f.Close()
 			}
 			t.Errorf("open %s: %v, want ErrLink", rel, err)
 		}
 	}
-	if _, err := tree.Open(root, "missing"); !errors.Is(err, os.ErrNotExist) {
+	if _, err := filetree.Open(root, "missing"); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("open missing: %v, want ErrNotExist", err)
 	}
 }
@@ -159,7 +159,7 @@ func TestScanIncludeNeverFollowsALinkedParent(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(root, ".claude")); err != nil {
 		t.Fatal(err)
 	}
-	res, err := tree.Scan(root, tree.ScanOptions{Include: []string{".claude/projects"}})
+	res, err := filetree.Scan(root, filetree.ScanOptions{Include: []string{".claude/projects"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestExportNeverFollowsALink(t *testing.T) {
 	root, v := rootWithFile(t), victim(t)
 	plant(t, root, map[string]string{"leaf": v, "out": filepath.Dir(v), "indir": "d"})
 	var buf bytes.Buffer
-	if err := tree.Export(root, []string{"d/f", "indir/f", "leaf", "out/victim"}, &buf); err != nil {
+	if err := filetree.Export(root, []string{"d/f", "indir/f", "leaf", "out/victim"}, &buf); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]string{}
