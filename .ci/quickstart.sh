@@ -4,8 +4,8 @@
 # defaults (bwrap, SQLite, ~/.local/state/runner under a fresh HOME), then
 # `runner run -session` twice, `runner sessions`, `runner sessions ID` and
 # `runner sessions tail` against it. The harness is the scripted fake agent
-# (no model key here), named with AGENTA_RUNNER_HARNESS_FAKE as README
-# "Harnesses" says a custom one is. Fails naming the step that broke.
+# (no model key here), named with AGENTA_RUNNER_HARNESS_FAKE as docs/harnesses.md
+# says a custom one is. Fails naming the step that broke.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)

@@ -32,7 +32,7 @@ Usage:
   runner sandboxd              (inside a remote sandbox) the daemon the runner drives it through
   runner version               print the version
 
-Configuration is read from the environment; see README.md.
+Configuration is read from the environment; see docs/configuration.md.
 `
 
 func run(ctx context.Context, args []string, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {

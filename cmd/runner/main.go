@@ -1,5 +1,6 @@
 // Command runner runs AI coding agents in sandboxes: `runner serve` is the
-// HTTP service, `runner run` one turn from the command line. See README.
+// HTTP service, `runner run` one turn from the command line. See README.md
+// and docs/.
 package main
 
 import (

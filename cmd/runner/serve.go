@@ -41,7 +41,7 @@ func indent(s string) string {
 
 func serve(ctx context.Context, args []string, environ []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
-		fmt.Fprintf(stderr, "runner serve takes no arguments; configure it with environment variables (README.md)\n")
+		fmt.Fprintf(stderr, "runner serve takes no arguments; configure it with environment variables (docs/configuration.md)\n")
 		return 2
 	}
 	cfg, ok := loadConfig(environ, stderr)

@@ -10,7 +10,7 @@ import (
 )
 
 // subscriptionStatus reports, per harness, whether a personal login is
-// mounted (reference 1.3). A local file check only; never a path or value.
+// mounted (docs/contract.md, HTTP surface). A local file check only; never a path or value.
 func subscriptionStatus(cfg config.Config, environ []string) map[string]any {
 	getenv := envLookup(environ)
 	probe := func(dirVar, file, provider string) map[string]any {

@@ -1,8 +1,8 @@
 package agent
 
 // Builtin returns the launch-table entry for a harness name with the
-// per-harness quirks the runner knows (reference protocols.md 1.6,
-// real-harnesses.md). Unknown names get a plain ACP entry.
+// per-harness quirks the runner knows (docs/protocols.md, ACP;
+// docs/harnesses.md). Unknown names get a plain ACP entry.
 func Builtin(name string, command []string) Spec {
 	s := Spec{Name: name, Command: command, Instructions: "AGENTS.md"}
 	switch name {

@@ -83,7 +83,7 @@ func TestTimersNeverFireNow(t *testing.T) {
 	}
 }
 
-// Every timer setting at 0: the limits README calls optional are off; the
+// Every timer setting at 0: the limits docs/configuration.md calls optional are off; the
 // others must fire, so 0 keeps the default with one warning naming the
 // setting (it used to become 1 ms, and a zero run limit failed every turn
 // at once).

@@ -198,8 +198,8 @@ func (l *loader) list(k string) []string {
 	return out
 }
 
-// builtinHarnesses is the launch table's default content (protocols.md
-// 1.6). Commands are the adapters' bin names; `runner harness install`
+// builtinHarnesses is the launch table's default content (docs/protocols.md,
+// ACP). Commands are the adapters' bin names; `runner harness install`
 // puts them in the harness dir, which the runner resolves first.
 var builtinHarnesses = map[string][]string{
 	"claude":    {"claude-agent-acp"},

@@ -8,7 +8,7 @@
 // Every harness installs into its own npm prefix, <dir>/<Dir>, with
 // `npm install --prefix`; nothing is ever fetched at turn time (no npx).
 // The versions are the Node-20-compatible ones checked in
-// shared/reference/real-harnesses.md.
+// docs/harnesses.md.
 package harness
 
 import (

@@ -1,5 +1,5 @@
 // Package permission decides whether a tool call may run: allow, ask a
-// person, or deny (reference 10.1-10.2). A Plan is built once per turn from
+// person, or deny (docs/contract.md, Permissions). A Plan is built once per turn from
 // the request's permissions, tool specs and user MCP servers, and is
 // immutable, so Decide is safe for concurrent use. Decisions holds the
 // approvals a person already gave, parsed from the request's messages; it

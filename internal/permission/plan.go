@@ -256,7 +256,7 @@ type builtin struct {
 }
 
 // piBuiltins are Pi's own tools, which rules name by their capitalised
-// rule name (reference 10.1).
+// rule name (docs/contract.md, Permissions).
 var piBuiltins = map[string]builtin{
 	"read":  {"Read", true},
 	"bash":  {"Bash", false},

@@ -18,7 +18,7 @@ import (
 	"github.com/agentrunner/runner/internal/logkey"
 )
 
-// Teardown reasons (reference 5.3): a closed list; each says whether the
+// Teardown reasons (docs/contract.md, Sessions): a closed list; each says whether the
 // sandbox may be parked (stopped, resumable) or must be deleted.
 const (
 	ReasonIdleExpiry        = "idle-expiry"

@@ -311,7 +311,7 @@ func checkRelPath(p string) error {
 }
 
 // materialize validates a model connection and turns it into the harness
-// environment (reference 2.2).
+// environment (docs/contract.md, The request).
 func materialize(mc *wire.ModelConnection) (map[string]string, error) {
 	env := map[string]string{}
 	if mc == nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/agentrunner/runner/internal/wire"
 )
 
-// Client tools (customTools[].kind "client", reference 9.9) are fulfilled
+// Client tools (customTools[].kind "client", docs/contract.md, Tools) are fulfilled
 // by the caller's browser: a call with no stored output raises an
 // interaction_request of kind client_tool and pauses the turn; the
 // browser's output arrives on a later run as a tool_result for the call,

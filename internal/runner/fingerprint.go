@@ -14,8 +14,8 @@ import (
 	"github.com/agentrunner/runner/internal/wire"
 )
 
-// configFingerprint hashes what the harness was configured with (reference
-// 6.3): the request minus the conversation, per-turn ids, tracing,
+// configFingerprint hashes what the harness was configured with (docs/contract.md,
+// Sessions): the request minus the conversation, per-turn ids, tracing,
 // credential values, the callback bearer and the permission policy, which
 // change without making a live harness wrong.
 func configFingerprint(r *wire.Request, provider string) string {

@@ -11,7 +11,7 @@ import (
 	"github.com/agentrunner/runner/internal/wire"
 )
 
-// Limits bound a turn (reference 3.3): its whole length, the wait for its
+// Limits bound a turn (docs/contract.md, Run limits): its whole length, the wait for its
 // first event, and a silence between events. Zero disables one.
 type Limits struct {
 	Total time.Duration

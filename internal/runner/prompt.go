@@ -62,8 +62,8 @@ func textBlock(s string) json.RawMessage {
 }
 
 // replay renders earlier messages as a transcript the harness reads before
-// the new text, for a cold turn with no native session to load (reference
-// 6.8). Only the last max characters are kept.
+// the new text, for a cold turn with no native session to load (docs/contract.md,
+// Sessions). Only the last max characters are kept.
 func replay(history []wire.Message, text string, max int) string {
 	if len(history) == 0 {
 		return text

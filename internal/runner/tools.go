@@ -89,7 +89,7 @@ func (t *turn) toolSet() (*tools.Set, error) {
 	}
 	cfg.Check = func(ctx context.Context, c tools.Call) error {
 		if client[c.Tool] {
-			return nil // a client tool's permission defaults to allow (reference 9.9)
+			return nil // a client tool's permission defaults to allow (docs/contract.md, Tools)
 		}
 		v := t.plan.perms.DecideWith(permission.Call{Tool: c.Tool, ToolCallID: c.ID, Args: c.Args}, t.plan.decisions)
 		switch v.Permission {

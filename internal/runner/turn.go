@@ -433,7 +433,7 @@ func (t *turn) warm() *live {
 func (lv *live) mismatch(p *plan) (reason, why string) {
 	if lv.awaiting {
 		// A paused turn resumes on its own configuration; the callback
-		// bearer and the like may have changed (reference 6.5).
+		// bearer and the like may have changed (docs/contract.md, Sessions).
 		switch {
 		case lv.harness != p.harness.spec.Name || lv.provider != p.provider:
 			return pool.ReasonRuntimeChanged, "harness or provider changed"

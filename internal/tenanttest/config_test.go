@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// TestFaultZeroRunLimits: README, DESIGN and runner.Limits say a run limit
+// TestFaultZeroRunLimits: docs/configuration.md and runner.Limits say a run limit
 // at 0 is off, but the loader clamped every *_MS to at least 1 ms, so an
 // operator who turned the total limit off failed every turn at once. What
 // must hold: with the three run limits at 0 a turn completes, and the

@@ -100,7 +100,7 @@ func report(in io.Reader, out io.Writer) int {
 		for _, r := range reasons {
 			n += len(skipped[r])
 		}
-		fmt.Fprintf(out, "\n%d tests skipped (gated suites run when their environment is set; see README, Tests):\n", n)
+		fmt.Fprintf(out, "\n%d tests skipped (gated suites run when their environment is set; see docs/architecture.md, Tests):\n", n)
 		for _, r := range reasons {
 			tests := skipped[r]
 			sort.Strings(tests)

@@ -18,7 +18,7 @@ import (
 )
 
 // steering follows a cut result, so the model narrows its next call
-// instead of retrying blind (reference 9.2).
+// instead of retrying blind (docs/contract.md, Tools).
 const steering = "This result was too large to return in full. Narrow your query (add filters, a smaller " +
 	"date range, or specific fields), request a summary, or paginate and fetch fewer items " +
 	"per call, then try again."
@@ -38,7 +38,7 @@ func (s *Set) call(ctx context.Context, rec *CallRecord, raw json.RawMessage) (s
 		return "", fmt.Errorf("tool %s: missing required argument(s): %s", rec.Tool, strings.Join(missing, ", "))
 	}
 	// Check sees the model's arguments; bindings are filled after the
-	// verdict, so they never reach approval keys or cards (reference 9.2).
+	// verdict, so they never reach approval keys or cards (docs/contract.md, Tools).
 	if s.cfg.Check != nil {
 		if err := s.cfg.Check(ctx, rec.Call); err != nil {
 			rec.Outcome = OutcomeRefused
@@ -171,7 +171,7 @@ func (s *Set) transportError(ctx context.Context, rec *CallRecord, timeout time.
 
 // missingArgs lists the required top-level arguments args lacks. The
 // full schema is the gateway's to enforce; this catches the common slip
-// early, with a message the model can act on (reference 9.4).
+// early, with a message the model can act on (docs/contract.md, Tools).
 func missingArgs(required []string, args json.RawMessage) []string {
 	if len(required) == 0 {
 		return nil
@@ -202,7 +202,7 @@ func objectArgs(raw json.RawMessage) (json.RawMessage, error) {
 	return raw, nil
 }
 
-// envelope builds the /tools/call body (reference 9.2).
+// envelope builds the /tools/call body (docs/contract.md, Tools).
 func envelope(name, id string, args map[string]any) ([]byte, error) {
 	type function struct {
 		Name      string         `json:"name"`

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Defaults of Config (reference 3.4 and 9.2).
+// Defaults of Config (docs/contract.md, Tools).
 const (
 	DefaultTimeout          = 30 * time.Second
 	DefaultTimeoutGrace     = 10 * time.Second
@@ -50,7 +50,7 @@ type Config struct {
 	SessionID string
 	// Check, when set, runs before a call executes; an error refuses the
 	// call and its text is what the model reads. The runner's permission
-	// guard goes here (reference 9.7).
+	// guard goes here (docs/contract.md, Tools).
 	Check func(ctx context.Context, c Call) error
 	// Client, when set, answers calls of kind "client" tools (fulfilled
 	// by the caller's browser): the stored browser output, or an error

@@ -12,7 +12,7 @@ import (
 	"github.com/agentrunner/runner/internal/errdefs"
 )
 
-// directCall is a spec's `call` descriptor (reference 9.3): the runner
+// directCall is a spec's `call` descriptor (docs/contract.md, Tools): the runner
 // calls an endpoint of the platform's own API directly instead of the
 // /tools/call gateway.
 type directCall struct {

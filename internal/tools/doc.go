@@ -1,6 +1,6 @@
 // Package tools serves one turn's custom tools to the harness as an MCP
 // server (the official go-sdk) and executes each call runner-side: a POST
-// to the turn's toolCallback endpoint (reference 9.2). Every failure of a
+// to the turn's toolCallback endpoint (docs/contract.md, Tools). Every failure of a
 // call (timeout, HTTP error, bad body, unreachable callback) becomes a tool
 // error result the model can read; none ends the session.
 //

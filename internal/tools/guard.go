@@ -114,7 +114,7 @@ func (g *guard) dialContext(ctx context.Context, network, addr string) (net.Conn
 // policy's ranges (egress.Ranges: loopback, private, link-local, CGNAT,
 // multicast, reserved, and their IPv6, IPv4-mapped, IPv4-compatible and
 // NAT64 forms): the documentation and special-purpose ranges, which make
-// the whole mirror Python's is_private plus multicast (reference 9.8).
+// the whole mirror Python's is_private plus multicast (docs/contract.md, Tools).
 var mcpExtra = func() []netip.Prefix {
 	var ps []netip.Prefix
 	for _, s := range []string{

@@ -21,7 +21,7 @@ import (
 )
 
 // ServerName is the reserved name the runner's tool server goes by, in
-// the harness's MCP configuration (reference 2.3).
+// the harness's MCP configuration (docs/contract.md, The request).
 const ServerName = "agenta-tools"
 
 // Log keys this package adds; internal/logkey has no tool keys yet.
@@ -152,8 +152,8 @@ func (s *Set) setEndpoint(cb *wire.ToolCallback) error {
 	return nil
 }
 
-// authorization returns the Authorization header value. The reference
-// (9.2) calls the value a per-turn bearer and Agenta sends it verbatim;
+// authorization returns the Authorization header value. The contract
+// (docs/contract.md, Tools) calls the value a per-turn bearer and Agenta sends it verbatim;
 // a value that already names its scheme ("Bearer x", "ApiKey x") is sent
 // as is, and a bare token gets the Bearer scheme it stands for.
 func authorization(v string) string {

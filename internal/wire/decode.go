@@ -11,7 +11,7 @@ import (
 	"github.com/agentrunner/runner/internal/errdefs"
 )
 
-// legacyFields are the retired flat credential fields (reference 2.7).
+// legacyFields are the retired flat credential fields (docs/contract.md, The request).
 var legacyFields = []string{"secrets", "provider", "deployment", "credentialMode", "endpoint"}
 
 // withLegacy is a Request plus the retired fields, so that one decoding

@@ -1,5 +1,5 @@
 // Package wire holds the request, result and event shapes of the
-// Agenta-compatible HTTP contract (reference section 2). Field names are
+// Agenta-compatible HTTP contract (docs/contract.md). Field names are
 // the wire's; decoding and validation live in Decode, which is the only
 // way a request enters the runner.
 package wire
@@ -79,7 +79,7 @@ func (c *MessageContent) UnmarshalJSON(b []byte) error {
 	return json.Unmarshal(b, &c.Blocks)
 }
 
-// ContentBlock is one block of a message (reference 2.1). Unknown fields are
+// ContentBlock is one block of a message (docs/contract.md, The request). Unknown fields are
 // kept in Raw so a block can be passed to the harness untouched.
 type ContentBlock struct {
 	Type       string          `json:"type"`
@@ -99,7 +99,7 @@ type ContentBlock struct {
 	Size         int64  `json:"size,omitempty"`
 }
 
-// ModelConnection is the resolved model route and its credentials (reference 2.2).
+// ModelConnection is the resolved model route and its credentials (docs/contract.md, The request).
 type ModelConnection struct {
 	Provider       string            `json:"provider"`
 	Deployment     string            `json:"deployment"`
@@ -130,7 +130,7 @@ type Binding struct {
 	Name string `json:"name"`
 }
 
-// ToolSpec is a resolved tool the runner serves to the harness (reference 2.4).
+// ToolSpec is a resolved tool the runner serves to the harness (docs/contract.md, The request).
 type ToolSpec struct {
 	Name            string          `json:"name"`
 	Description     string          `json:"description,omitempty"`
@@ -161,7 +161,7 @@ type ToolCallback struct {
 	Authorization string `json:"authorization,omitempty"`
 }
 
-// MCPServer is a user MCP server (HTTP only, reference 2.3).
+// MCPServer is a user MCP server (HTTP only; docs/contract.md, The request).
 type MCPServer struct {
 	Name       string        `json:"name"`
 	Connection MCPConnection `json:"connection"`
@@ -182,7 +182,7 @@ type MCPPolicy struct {
 	Permission string          `json:"permission,omitempty"`
 }
 
-// Permissions is the request's permission plan (reference 10.1).
+// Permissions is the request's permission plan (docs/contract.md, Permissions).
 type Permissions struct {
 	Default string           `json:"default,omitempty"`
 	Rules   []PermissionRule `json:"rules,omitempty"`

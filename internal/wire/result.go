@@ -2,7 +2,7 @@ package wire
 
 import "encoding/json"
 
-// Result is the outcome of one turn (reference 2.5).
+// Result is the outcome of one turn (docs/contract.md, The result and events).
 type Result struct {
 	OK           bool          `json:"ok"`
 	Output       string        `json:"output,omitempty"`
@@ -32,7 +32,7 @@ type Usage struct {
 	Cost   float64 `json:"cost"`
 }
 
-// Capabilities are what the harness can do (reference 2.5).
+// Capabilities are what the harness can do (docs/contract.md, The result and events).
 type Capabilities struct {
 	TextMessages     bool `json:"textMessages"`
 	Images           bool `json:"images"`
@@ -47,7 +47,7 @@ type Capabilities struct {
 	SessionLifecycle bool `json:"sessionLifecycle"`
 }
 
-// Event is one event of a turn (reference 2.6). Only the fields of its
+// Event is one event of a turn (docs/contract.md, The result and events). Only the fields of its
 // type are set. Input and Output are raw because their shape depends on
 // the type: a tool's arguments and text output, or a usage event's counts.
 type Event struct {
@@ -122,7 +122,7 @@ const (
 	RecordPing   = "ping"
 )
 
-// Event types (reference 2.6).
+// Event types (docs/contract.md, The result and events).
 const (
 	// EventMessage is a coalesced message, kept in the session's event log
 	// (the user's prompt, the assistant's whole answer) and never streamed

@@ -1,7 +1,7 @@
 // Package traces exports each turn as OpenTelemetry spans (invoke_agent
 // → turn → execute_tool) over OTLP/HTTP to the request's telemetry
 // endpoint with its headers, parented on the request's traceparent, as
-// the reference runner does (its section 14). A turn without telemetry
+// the reference runner does (docs/contract.md, Traces). A turn without telemetry
 // is not traced. One tracer provider serves every turn; spans are
 // routed, per trace, to an exporter per target, and each trace is
 // exported in one batch after its turn, off the turn's path.

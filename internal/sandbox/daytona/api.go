@@ -176,7 +176,7 @@ func (a *api) do(ctx context.Context, c call) error {
 		}
 		req.Header.Set("Authorization", "Bearer "+a.key)
 		// The toolbox picks its log response format by SDK version; naming
-		// one keeps the answers JSON (protocols.md 3.3).
+		// one keeps the answers JSON (docs/protocols.md, Daytona).
 		req.Header.Set("X-Daytona-Source", "runner")
 		req.Header.Set("X-Daytona-SDK-Version", sdkVersion)
 		if payload != nil {

@@ -21,7 +21,7 @@ import (
 	"github.com/agentrunner/runner/internal/sandbox"
 )
 
-// sdkVersion is the Daytona SDK version we speak (protocols.md 3.1).
+// sdkVersion is the Daytona SDK version we speak (docs/protocols.md, Daytona).
 const sdkVersion = "0.190.0"
 
 // Labels the provider puts on every sandbox.

@@ -1,6 +1,6 @@
 // Package daytonatest is a fake Daytona: the REST API and the sandbox
 // toolbox on one httptest server, faithful to what the runner relies on
-// (protocols.md 3.7): the sandbox state machine with asynchronous
+// (docs/protocols.md, Daytona): the sandbox state machine with asynchronous
 // transitions (a transition completes after a number of GETs, not after
 // time, so tests are deterministic), Daytona's error body
 // {path,timestamp,statusCode,error,message}, labels, network settings,
