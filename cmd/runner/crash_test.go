@@ -17,24 +17,18 @@ import (
 	"github.com/agentrunner/runner/internal/wire"
 )
 
-// buildRunner compiles the real binary once per test run, with the given
-// build tags.
-func buildRunner(t testing.TB, tags ...string) string {
+// startServe starts `runner serve` as its own process on the socket sock
+// (socket activation). The process is this test binary re-executed as the
+// runner (TestMain runs main under asRunnerEnv): no `go build` in the
+// test, and a -race test run kills a -race runner.
+func startServe(t *testing.T, sock *os.File, env []string) *exec.Cmd {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "runner")
-	cmd := exec.Command("go", "build", "-tags="+strings.Join(tags, ","), "-o", bin, ".")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return bin
-}
-
-// startServe starts bin serve on the socket sock (socket activation).
-func startServe(t *testing.T, bin string, sock *os.File, env []string) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command(bin, "serve")
-	cmd.Env = append(append([]string(nil), env...), "LISTEN_FDS=1")
+	cmd := exec.Command(exe, "serve")
+	cmd.Env = append(append([]string(nil), env...), "LISTEN_FDS=1", asRunnerEnv+"=1")
 	cmd.ExtraFiles = []*os.File{sock}
 	cmd.Stderr = &prefixWriter{t: t}
 	if err := cmd.Start(); err != nil {
@@ -59,15 +53,11 @@ func (w *prefixWriter) Write(b []byte) (int, error) {
 // turn interrupted, reaps the sandbox, and the next turn of the session
 // runs cold with the full history.
 func TestKill9MidTurnThenRestart(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the runner binary")
-	}
-	bin := buildRunner(t)
 	data := t.TempDir()
 	sock, base := testSocket(t)
 	env := append(testEnv(t, "AGENTA_RUNNER_TOKEN="+testToken), "AGENTA_RUNNER_DATA_DIR="+data)
 
-	first := startServe(t, bin, sock, env)
+	first := startServe(t, sock, env)
 	waitHealthy(t, base)
 	body := `{"harness":"fake","sessionId":"crash","projectId":"p","messages":[{"role":"user","content":"say remember the word ferret\npid\nsleep 1h"}]}`
 	resp := post(t, base+"/stream", body)
@@ -86,7 +76,7 @@ func TestKill9MidTurnThenRestart(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 
-	startServe(t, bin, sock, env)
+	startServe(t, sock, env)
 	waitHealthy(t, base)
 	var sess struct {
 		Turns []struct {

@@ -338,6 +338,20 @@ func loadAverage() string {
 	return "load " + strings.Join(f[:3], " ")
 }
 
+// buildRunner compiles the release binary (CGO off, no -race, no test
+// instrumentation) with the given build tags: a benchmark measures what
+// ships, so it does not re-execute the test binary as the tests do.
+func buildRunner(tb testing.TB, tags ...string) string {
+	tb.Helper()
+	bin := filepath.Join(tb.TempDir(), "runner")
+	cmd := exec.Command("go", "build", "-tags="+strings.Join(tags, ","), "-o", bin, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		tb.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
 // benchProfile takes a CPU profile and an execution trace of the serve
 // process while the benchmark runs, when RUNNER_BENCH_PROFILE_DIR names
 // a directory to write them to (never the checkout).
