@@ -5,7 +5,8 @@
 // Store is the union of six small interfaces (Sessions, Turns, Events,
 // Sandboxes, Secrets, Leases) plus Close, so a consumer asks for only the
 // part it uses. Implementations (store/sqlite, store/postgres) pass the
-// storetest suite and are safe for concurrent use.
+// storetest suite and are safe for concurrent use; they share their
+// column lists, row scans and time encoding through store/sqlstore.
 //
 // Every method takes a context first. A missing thing is reported as an
 // error wrapping errdefs.ErrNotFound, a lost race or a state that forbids

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/agentrunner/runner/internal/store"
+	"github.com/agentrunner/runner/internal/store/sqlstore"
 )
 
 // AppendEvents implements store.Events. One statement bumps the session's
@@ -47,7 +48,7 @@ func appendArgs(k store.SessionKey, evs []store.Event) ([]any, error) {
 		if err != nil {
 			return nil, fmt.Errorf("append events %s: %w", k, err)
 		}
-		turns[i], ats[i], data[i] = int32(e.TurnIndex), ms(e.Time), string(b)
+		turns[i], ats[i], data[i] = int32(e.TurnIndex), sqlstore.MS(e.Time), string(b)
 	}
 	return []any{k.SessionID, turns, ats, data, k.ProjectID}, nil
 }
@@ -56,7 +57,7 @@ func appendArgs(k store.SessionKey, evs []store.Event) ([]any, error) {
 func (s *Store) ReadEvents(ctx context.Context, k store.SessionKey, after int64, n int) ([]store.Event, error) {
 	rows, err := s.db.Query(ctx, `SELECT seq, turn_index, at, event::text FROM events
 WHERE project_id = $1 AND session_id = $2 AND seq > $3 ORDER BY seq LIMIT $4`, k.ProjectID, k.SessionID, after, limit(n))
-	out, err := collect(rows, err, scanEvent)
+	out, err := collect(rows, err, sqlstore.ScanEvent)
 	if err == nil && len(out) == 0 {
 		err = s.sessionExists(ctx, k)
 	}
@@ -64,18 +65,4 @@ WHERE project_id = $1 AND session_id = $2 AND seq > $3 ORDER BY seq LIMIT $4`, k
 		return nil, fmt.Errorf("read events %s: %w", k, err)
 	}
 	return out, nil
-}
-
-func scanEvent(r scanner) (store.Event, error) {
-	var e store.Event
-	var at int64
-	var data []byte
-	if err := r.Scan(&e.Seq, &e.TurnIndex, &at, &data); err != nil {
-		return e, err
-	}
-	e.Time = fromMS(at)
-	if err := json.Unmarshal(data, &e.Event); err != nil {
-		return e, fmt.Errorf("event %d: %w", e.Seq, err)
-	}
-	return e, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/agentrunner/runner/internal/store"
+	"github.com/agentrunner/runner/internal/store/sqlstore"
 )
 
 // AcquireLease implements store.Leases.
@@ -17,13 +18,11 @@ func (s *Store) AcquireLease(ctx context.Context, k store.SessionKey, owner stri
 		return store.Lease{}, err
 	}
 	for {
-		out := store.Lease{ProjectID: k.ProjectID, SessionID: k.SessionID}
-		var expires int64
-		err := s.db.QueryRow(ctx, `
+		out, err := sqlstore.ScanLease(s.db.QueryRow(ctx, `
 INSERT INTO leases (project_id, session_id, owner, expires_at) VALUES ($5, $1, $2, $3)
 ON CONFLICT (project_id, session_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
 WHERE leases.owner = excluded.owner OR leases.expires_at <= $4
-RETURNING owner, expires_at`, k.SessionID, owner, now.Add(ttl).UnixMilli(), now.UnixMilli(), k.ProjectID).Scan(&out.Owner, &expires)
+RETURNING `+sqlstore.LeaseCols, k.SessionID, owner, now.Add(ttl).UnixMilli(), now.UnixMilli(), k.ProjectID), k)
 		if errors.Is(err, pgx.ErrNoRows) {
 			err = s.heldBy(ctx, k)
 			if errors.Is(err, pgx.ErrNoRows) {
@@ -33,7 +32,6 @@ RETURNING owner, expires_at`, k.SessionID, owner, now.Add(ttl).UnixMilli(), now.
 		if err != nil {
 			return store.Lease{}, fmt.Errorf("acquire lease: %w", err)
 		}
-		out.Expires = fromMS(expires)
 		return out, nil
 	}
 }
@@ -41,14 +39,7 @@ RETURNING owner, expires_at`, k.SessionID, owner, now.Add(ttl).UnixMilli(), now.
 // heldBy returns the *store.LeaseError naming the session's current
 // holder, or pgx.ErrNoRows if there is none.
 func (s *Store) heldBy(ctx context.Context, k store.SessionKey) error {
-	e := &store.LeaseError{ProjectID: k.ProjectID, SessionID: k.SessionID}
-	var expires int64
-	if err := s.db.QueryRow(ctx, `SELECT owner, expires_at FROM leases WHERE project_id = $1 AND session_id = $2`, k.ProjectID, k.SessionID).
-		Scan(&e.Owner, &expires); err != nil {
-		return err
-	}
-	e.Expires = fromMS(expires)
-	return e
+	return sqlstore.HeldBy(s.db.QueryRow(ctx, `SELECT `+sqlstore.LeaseCols+` FROM leases WHERE project_id = $1 AND session_id = $2`, k.ProjectID, k.SessionID), k)
 }
 
 // ReleaseLease implements store.Leases.
@@ -67,13 +58,9 @@ func (s *Store) ReleaseLease(ctx context.Context, k store.SessionKey, owner stri
 
 // GetLease implements store.Leases.
 func (s *Store) GetLease(ctx context.Context, k store.SessionKey) (store.Lease, error) {
-	out := store.Lease{ProjectID: k.ProjectID, SessionID: k.SessionID}
-	var expires int64
-	err := s.db.QueryRow(ctx, `SELECT owner, expires_at FROM leases WHERE project_id = $1 AND session_id = $2`, k.ProjectID, k.SessionID).
-		Scan(&out.Owner, &expires)
+	out, err := sqlstore.ScanLease(s.db.QueryRow(ctx, `SELECT `+sqlstore.LeaseCols+` FROM leases WHERE project_id = $1 AND session_id = $2`, k.ProjectID, k.SessionID), k)
 	if err != nil {
 		return store.Lease{}, fmt.Errorf("get lease %s: %w", k, notFound(err))
 	}
-	out.Expires = fromMS(expires)
 	return out, nil
 }

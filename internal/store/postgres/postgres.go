@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/store"
+	"github.com/agentrunner/runner/internal/store/sqlstore"
 )
 
 // Store is a store.Store in a PostgreSQL database.
@@ -116,41 +117,11 @@ func notFound(err error) error {
 	return err
 }
 
-// ms is t as unix milliseconds; the zero time is 0.
-func ms(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMilli()
-}
-
-// fromMS is the inverse of ms, in UTC.
-func fromMS(v int64) time.Time {
-	if v == 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(v).UTC()
-}
-
-// nowMS is the store's clock for CreatedAt and UpdatedAt.
-func nowMS() int64 { return time.Now().UnixMilli() }
-
-// scanner is pgx.Row or pgx.Rows.
-type scanner interface{ Scan(dest ...any) error }
-
-// collect scans every row of rows with scan.
-func collect[T any](rows pgx.Rows, err error, scan func(scanner) (T, error)) ([]T, error) {
+// collect scans every row of rows with scan, then closes rows.
+func collect[T any](rows pgx.Rows, err error, scan func(sqlstore.Scanner) (T, error)) ([]T, error) {
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []T
-	for rows.Next() {
-		v, err := scan(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
+	return sqlstore.Collect(rows, scan)
 }

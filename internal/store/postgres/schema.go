@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/agentrunner/runner/internal/store/sqlstore"
 )
 
 // migrations are the schema versions in order: migrations[i] takes the
@@ -161,7 +163,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, migs []string) error {
 		if _, err := tx.Exec(ctx, migs[v]); err != nil {
 			return fmt.Errorf("migrate to version %d: %w", v+1, err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)`, v+1, nowMS()); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)`, v+1, sqlstore.NowMS()); err != nil {
 			return fmt.Errorf("migrate to version %d: %w", v+1, err)
 		}
 	}

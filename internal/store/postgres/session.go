@@ -5,28 +5,15 @@ import (
 	"fmt"
 
 	"github.com/agentrunner/runner/internal/store"
+	"github.com/agentrunner/runner/internal/store/sqlstore"
 )
-
-const sessionCols = `id, project_id, harness, status, sandbox_provider, sandbox_id,
-	agent_session_id, last_turn_index, last_seq, created_at, updated_at`
-
-func scanSession(r scanner) (store.Session, error) {
-	var s store.Session
-	var status string
-	var created, updated int64
-	err := r.Scan(&s.ID, &s.ProjectID, &s.Harness, &status, &s.SandboxProvider, &s.SandboxID,
-		&s.AgentSessionID, &s.LastTurnIndex, &s.LastSeq, &created, &updated)
-	s.Status = store.SessionStatus(status)
-	s.CreatedAt, s.UpdatedAt = fromMS(created), fromMS(updated)
-	return s, err
-}
 
 // PutSession implements store.Sessions.
 func (s *Store) PutSession(ctx context.Context, in store.Session) (store.Session, error) {
 	if err := in.Validate(); err != nil {
 		return store.Session{}, err
 	}
-	out, err := scanSession(s.db.QueryRow(ctx, `
+	out, err := sqlstore.ScanSession(s.db.QueryRow(ctx, `
 INSERT INTO sessions (id, project_id, harness, status, sandbox_provider, sandbox_id,
 	agent_session_id, created_at, updated_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
@@ -34,9 +21,9 @@ ON CONFLICT (project_id, id) DO UPDATE SET
 	harness = excluded.harness, status = excluded.status,
 	sandbox_provider = excluded.sandbox_provider, sandbox_id = excluded.sandbox_id,
 	agent_session_id = excluded.agent_session_id, updated_at = excluded.updated_at
-RETURNING `+sessionCols,
+RETURNING `+sqlstore.SessionCols,
 		in.ID, in.ProjectID, in.Harness, string(in.Status), in.SandboxProvider, in.SandboxID,
-		in.AgentSessionID, nowMS()))
+		in.AgentSessionID, sqlstore.NowMS()))
 	if err != nil {
 		return store.Session{}, fmt.Errorf("put session %s: %w", in.Key(), err)
 	}
@@ -45,7 +32,7 @@ RETURNING `+sessionCols,
 
 // GetSession implements store.Sessions.
 func (s *Store) GetSession(ctx context.Context, k store.SessionKey) (store.Session, error) {
-	out, err := scanSession(s.db.QueryRow(ctx, `SELECT `+sessionCols+` FROM sessions WHERE project_id = $1 AND id = $2`, k.ProjectID, k.SessionID))
+	out, err := sqlstore.ScanSession(s.db.QueryRow(ctx, `SELECT `+sqlstore.SessionCols+` FROM sessions WHERE project_id = $1 AND id = $2`, k.ProjectID, k.SessionID))
 	if err != nil {
 		return store.Session{}, fmt.Errorf("get session %s: %w", k, notFound(err))
 	}
@@ -54,10 +41,10 @@ func (s *Store) GetSession(ctx context.Context, k store.SessionKey) (store.Sessi
 
 // ListSessions implements store.Sessions.
 func (s *Store) ListSessions(ctx context.Context, q store.SessionQuery) ([]store.Session, error) {
-	rows, err := s.db.Query(ctx, `SELECT `+sessionCols+` FROM sessions
+	rows, err := s.db.Query(ctx, `SELECT `+sqlstore.SessionCols+` FROM sessions
 WHERE ($1 = '' OR project_id = $1) AND ($2 = '' OR status = $2) AND ($4 = '' OR id = $4)
 ORDER BY updated_at DESC, id, project_id LIMIT $3`, q.ProjectID, string(q.Status), limit(q.Limit), q.ID)
-	out, err := collect(rows, err, scanSession)
+	out, err := collect(rows, err, sqlstore.ScanSession)
 	if err != nil {
 		return nil, fmt.Errorf("list sessions: %w", err)
 	}

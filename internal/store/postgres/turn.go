@@ -10,23 +10,8 @@ import (
 
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/store"
+	"github.com/agentrunner/runner/internal/store/sqlstore"
 )
-
-const turnCols = `project_id, session_id, turn_index, turn_id, harness, agent_session_id, sandbox_provider,
-	sandbox_id, status, started_at, ended_at, input_tokens, output_tokens, total_tokens, cost,
-	stop_reason, error, owner`
-
-func scanTurn(r scanner) (store.Turn, error) {
-	var t store.Turn
-	var status string
-	var started, ended int64
-	err := r.Scan(&t.ProjectID, &t.SessionID, &t.Index, &t.TurnID, &t.Harness, &t.AgentSessionID, &t.SandboxProvider,
-		&t.SandboxID, &status, &started, &ended, &t.Usage.Input, &t.Usage.Output, &t.Usage.Total, &t.Usage.Cost,
-		&t.StopReason, &t.Error, &t.Owner)
-	t.Status = store.TurnStatus(status)
-	t.StartedAt, t.EndedAt = fromMS(started), fromMS(ended)
-	return t, err
-}
 
 // The turn ledger's statements, shared with the TurnWriter's batches.
 const (
@@ -38,26 +23,26 @@ WITH s AS (
 	UPDATE sessions SET last_turn_index = GREATEST(last_turn_index, $2), updated_at = $10
 	WHERE project_id = $12 AND id = $1 RETURNING project_id, id
 )
-INSERT INTO turns (` + turnCols + `)
+INSERT INTO turns (` + sqlstore.TurnCols + `)
 SELECT s.project_id, s.id, $2, $3, $4, $5, $6, $7, $8, $9, 0, 0, 0, 0, 0, '', '', $11 FROM s
-RETURNING ` + turnCols
+RETURNING ` + sqlstore.TurnCols
 	// sqlEndTurn: no row when the turn is missing or already ended.
 	sqlEndTurn = `UPDATE turns SET
 	status = $3, ended_at = $4, input_tokens = $5, output_tokens = $6, total_tokens = $7, cost = $8,
 	stop_reason = $9, error = $10, agent_session_id = $11, sandbox_provider = $12, sandbox_id = $13
 WHERE project_id = $14 AND session_id = $1 AND turn_index = $2 AND status IN ('running', 'paused')
-RETURNING ` + turnCols
+RETURNING ` + sqlstore.TurnCols
 	sqlTurnStatus = `SELECT status FROM turns WHERE project_id = $1 AND session_id = $2 AND turn_index = $3`
 )
 
 func beginArgs(t store.Turn) []any {
 	return []any{t.SessionID, t.Index, t.TurnID, t.Harness, t.AgentSessionID, t.SandboxProvider,
-		t.SandboxID, string(store.TurnRunning), ms(t.StartedAt), nowMS(), t.Owner, t.ProjectID}
+		t.SandboxID, string(store.TurnRunning), sqlstore.MS(t.StartedAt), sqlstore.NowMS(), t.Owner, t.ProjectID}
 }
 
 func endArgs(t store.Turn) []any {
 	return []any{t.SessionID, t.Index,
-		string(t.Status), ms(t.EndedAt), t.Usage.Input, t.Usage.Output, t.Usage.Total, t.Usage.Cost,
+		string(t.Status), sqlstore.MS(t.EndedAt), t.Usage.Input, t.Usage.Output, t.Usage.Total, t.Usage.Cost,
 		t.StopReason, t.Error, t.AgentSessionID, t.SandboxProvider, t.SandboxID, t.ProjectID}
 }
 
@@ -66,7 +51,7 @@ func (s *Store) BeginTurn(ctx context.Context, t store.Turn) (store.Turn, error)
 	if err := t.ValidateBegin(); err != nil {
 		return store.Turn{}, err
 	}
-	out, err := scanTurn(s.db.QueryRow(ctx, sqlBeginTurn, beginArgs(t)...))
+	out, err := sqlstore.ScanTurn(s.db.QueryRow(ctx, sqlBeginTurn, beginArgs(t)...))
 	if isUnique(err) {
 		err = errdefs.ErrConflict
 	}
@@ -81,7 +66,7 @@ func (s *Store) EndTurn(ctx context.Context, t store.Turn) (store.Turn, error) {
 	if err := t.ValidateEnd(); err != nil {
 		return store.Turn{}, err
 	}
-	out, err := scanTurn(s.db.QueryRow(ctx, sqlEndTurn, endArgs(t)...))
+	out, err := sqlstore.ScanTurn(s.db.QueryRow(ctx, sqlEndTurn, endArgs(t)...))
 	if err == nil {
 		return out, nil
 	}
@@ -99,7 +84,7 @@ func (s *Store) EndTurn(ctx context.Context, t store.Turn) (store.Turn, error) {
 
 // GetTurn implements store.Turns.
 func (s *Store) GetTurn(ctx context.Context, k store.SessionKey, index int) (store.Turn, error) {
-	out, err := scanTurn(s.db.QueryRow(ctx, `SELECT `+turnCols+` FROM turns
+	out, err := sqlstore.ScanTurn(s.db.QueryRow(ctx, `SELECT `+sqlstore.TurnCols+` FROM turns
 WHERE project_id = $1 AND session_id = $2 AND turn_index = $3`, k.ProjectID, k.SessionID, index))
 	if err != nil {
 		return store.Turn{}, fmt.Errorf("get turn %s/%d: %w", k, index, notFound(err))
@@ -109,9 +94,9 @@ WHERE project_id = $1 AND session_id = $2 AND turn_index = $3`, k.ProjectID, k.S
 
 // ListTurns implements store.Turns.
 func (s *Store) ListTurns(ctx context.Context, k store.SessionKey) ([]store.Turn, error) {
-	rows, err := s.db.Query(ctx, `SELECT `+turnCols+` FROM turns
+	rows, err := s.db.Query(ctx, `SELECT `+sqlstore.TurnCols+` FROM turns
 WHERE project_id = $1 AND session_id = $2 ORDER BY turn_index`, k.ProjectID, k.SessionID)
-	out, err := collect(rows, err, scanTurn)
+	out, err := collect(rows, err, sqlstore.ScanTurn)
 	if err == nil && len(out) == 0 {
 		err = s.sessionExists(ctx, k)
 	}
@@ -124,7 +109,7 @@ WHERE project_id = $1 AND session_id = $2 ORDER BY turn_index`, k.ProjectID, k.S
 // InterruptTurns implements store.Turns.
 func (s *Store) InterruptTurns(ctx context.Context, owner string, at time.Time) (int, error) {
 	tag, err := s.db.Exec(ctx, `UPDATE turns SET status = 'interrupted', ended_at = $2
-WHERE owner = $1 AND status = 'running'`, owner, ms(at))
+WHERE owner = $1 AND status = 'running'`, owner, sqlstore.MS(at))
 	if err != nil {
 		return 0, fmt.Errorf("interrupt turns of %s: %w", owner, err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/store"
+	"github.com/agentrunner/runner/internal/store/sqlstore"
 )
 
 var _ store.TurnWriter = (*Store)(nil)
@@ -122,7 +123,7 @@ func (s *Store) WriteTurnWithEvents(ctx context.Context, begin store.Turn, evs [
 // pgx.ErrNoRows for a missing session (whose other statements then write
 // nothing either).
 func readBegin(br pgx.BatchResults) error {
-	_, err := scanTurn(br.QueryRow())
+	_, err := sqlstore.ScanTurn(br.QueryRow())
 	if isUnique(err) {
 		return errdefs.ErrConflict
 	}
@@ -138,7 +139,7 @@ func queueEnd(b *pgx.Batch, t store.Turn) {
 // readEnd reads queueEnd's results: the ended turn, or why it was
 // refused (ErrConflict: already ended; ErrNotFound: no such turn).
 func readEnd(br pgx.BatchResults) (store.Turn, error) {
-	out, err := scanTurn(br.QueryRow())
+	out, err := sqlstore.ScanTurn(br.QueryRow())
 	var status string
 	serr := br.QueryRow().Scan(&status)
 	switch {

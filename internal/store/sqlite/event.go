@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/store"
+	"github.com/agentrunner/runner/internal/store/sqlstore"
 )
 
 // maxGroup bounds how many AppendEvents calls share one transaction.
@@ -231,7 +232,7 @@ func (s *Store) commitGroup(group []*appendReq) {
 			}
 			var err error
 			if req.begin != nil {
-				err = tx.Stmt(s.stmts.bumpBegin).QueryRow(len(req.evs), req.begin.Index, nowMS(), req.session.ProjectID, req.session.SessionID).Scan(&req.last)
+				err = tx.Stmt(s.stmts.bumpBegin).QueryRow(len(req.evs), req.begin.Index, sqlstore.NowMS(), req.session.ProjectID, req.session.SessionID).Scan(&req.last)
 			} else {
 				err = bump.QueryRow(len(req.evs), req.session.ProjectID, req.session.SessionID).Scan(&req.last)
 			}
@@ -248,7 +249,7 @@ func (s *Store) commitGroup(group []*appendReq) {
 				args = args[:0]
 				for i, e := range chunk {
 					seq++
-					args = append(args, req.session.ProjectID, req.session.SessionID, seq, e.TurnIndex, ms(e.Time), req.data[start+i])
+					args = append(args, req.session.ProjectID, req.session.SessionID, seq, e.TurnIndex, sqlstore.MS(e.Time), req.data[start+i])
 				}
 				if _, err := tx.Stmt(s.insertEvents[len(chunk)-1]).Exec(args...); err != nil {
 					return err
@@ -277,7 +278,7 @@ func (s *Store) beginInGroup(tx *sql.Tx, t store.Turn) error {
 		status = store.TurnRunning
 	}
 	_, err := tx.Stmt(s.stmts.insertTurnRow).Exec(t.ProjectID, t.SessionID, t.Index, t.TurnID, t.Harness, t.AgentSessionID,
-		t.SandboxProvider, t.SandboxID, string(status), ms(t.StartedAt), ms(t.EndedAt),
+		t.SandboxProvider, t.SandboxID, string(status), sqlstore.MS(t.StartedAt), sqlstore.MS(t.EndedAt),
 		t.Usage.Input, t.Usage.Output, t.Usage.Total, t.Usage.Cost, t.StopReason, t.Error, t.Owner)
 	switch {
 	case isUnique(err):
@@ -294,7 +295,7 @@ func endedTurn(begin, end store.Turn) store.Turn {
 	t := begin
 	t.Status, t.EndedAt, t.Usage, t.StopReason, t.Error = end.Status, end.EndedAt, end.Usage, end.StopReason, end.Error
 	t.AgentSessionID, t.SandboxProvider, t.SandboxID = end.AgentSessionID, end.SandboxProvider, end.SandboxID
-	t.StartedAt, t.EndedAt = fromMS(ms(t.StartedAt)), fromMS(ms(t.EndedAt))
+	t.StartedAt, t.EndedAt = sqlstore.FromMS(sqlstore.MS(t.StartedAt)), sqlstore.FromMS(sqlstore.MS(t.EndedAt))
 	return t
 }
 
@@ -305,7 +306,7 @@ func (s *Store) ReadEvents(ctx context.Context, k store.SessionKey, after int64,
 	}
 	rows, err := s.r.QueryContext(ctx, `SELECT seq, turn_index, at, event FROM events
 WHERE project_id = ? AND session_id = ? AND seq > ? ORDER BY seq LIMIT ?`, k.ProjectID, k.SessionID, after, limit)
-	out, err := collect(rows, err, scanEvent)
+	out, err := collect(rows, err, sqlstore.ScanEvent)
 	if err == nil && len(out) == 0 {
 		err = s.sessionExists(ctx, k)
 	}
@@ -313,18 +314,4 @@ WHERE project_id = ? AND session_id = ? AND seq > ? ORDER BY seq LIMIT ?`, k.Pro
 		return nil, fmt.Errorf("read events %s: %w", k, err)
 	}
 	return out, nil
-}
-
-func scanEvent(r scanner) (store.Event, error) {
-	var e store.Event
-	var at int64
-	var data []byte
-	if err := r.Scan(&e.Seq, &e.TurnIndex, &at, &data); err != nil {
-		return e, err
-	}
-	e.Time = fromMS(at)
-	if err := json.Unmarshal(data, &e.Event); err != nil {
-		return e, fmt.Errorf("event %d: %w", e.Seq, err)
-	}
-	return e, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/store"
+	"github.com/agentrunner/runner/internal/store/sqlstore"
 )
 
 // AcquireLease implements store.Leases.
@@ -15,18 +16,17 @@ func (s *Store) AcquireLease(ctx context.Context, k store.SessionKey, owner stri
 	if err := store.ValidateLease(k, owner, ttl); err != nil {
 		return store.Lease{}, err
 	}
-	out := store.Lease{ProjectID: k.ProjectID, SessionID: k.SessionID}
+	var out store.Lease
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		var expires int64
-		err := tx.QueryRowContext(ctx, `
+		var err error
+		out, err = sqlstore.ScanLease(tx.QueryRowContext(ctx, `
 INSERT INTO leases (project_id, session_id, owner, expires_at) VALUES (?, ?, ?, ?)
 ON CONFLICT (project_id, session_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
 WHERE leases.owner = excluded.owner OR leases.expires_at <= ?
-RETURNING owner, expires_at`, k.ProjectID, k.SessionID, owner, now.Add(ttl).UnixMilli(), now.UnixMilli()).Scan(&out.Owner, &expires)
+RETURNING `+sqlstore.LeaseCols, k.ProjectID, k.SessionID, owner, now.Add(ttl).UnixMilli(), now.UnixMilli()), k)
 		if errors.Is(err, sql.ErrNoRows) {
 			return heldBy(ctx, tx, k)
 		}
-		out.Expires = fromMS(expires)
 		return err
 	})
 	if err != nil {
@@ -37,14 +37,7 @@ RETURNING owner, expires_at`, k.ProjectID, k.SessionID, owner, now.Add(ttl).Unix
 
 // heldBy returns the *store.LeaseError naming the session's current holder.
 func heldBy(ctx context.Context, tx *sql.Tx, k store.SessionKey) error {
-	e := &store.LeaseError{ProjectID: k.ProjectID, SessionID: k.SessionID}
-	var expires int64
-	if err := tx.QueryRowContext(ctx, `SELECT owner, expires_at FROM leases WHERE project_id = ? AND session_id = ?`, k.ProjectID, k.SessionID).
-		Scan(&e.Owner, &expires); err != nil {
-		return err
-	}
-	e.Expires = fromMS(expires)
-	return e
+	return sqlstore.HeldBy(tx.QueryRowContext(ctx, `SELECT `+sqlstore.LeaseCols+` FROM leases WHERE project_id = ? AND session_id = ?`, k.ProjectID, k.SessionID), k)
 }
 
 // ReleaseLease implements store.Leases.
@@ -70,13 +63,9 @@ func (s *Store) ReleaseLease(ctx context.Context, k store.SessionKey, owner stri
 
 // GetLease implements store.Leases.
 func (s *Store) GetLease(ctx context.Context, k store.SessionKey) (store.Lease, error) {
-	out := store.Lease{ProjectID: k.ProjectID, SessionID: k.SessionID}
-	var expires int64
-	err := s.r.QueryRowContext(ctx, `SELECT owner, expires_at FROM leases WHERE project_id = ? AND session_id = ?`, k.ProjectID, k.SessionID).
-		Scan(&out.Owner, &expires)
+	out, err := sqlstore.ScanLease(s.r.QueryRowContext(ctx, `SELECT `+sqlstore.LeaseCols+` FROM leases WHERE project_id = ? AND session_id = ?`, k.ProjectID, k.SessionID), k)
 	if err != nil {
 		return store.Lease{}, fmt.Errorf("get lease %s: %w", k, notFound(err))
 	}
-	out.Expires = fromMS(expires)
 	return out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/agentrunner/runner/internal/store"
+	"github.com/agentrunner/runner/internal/store/sqlstore"
 )
 
 var _ store.Resumes = (*Store)(nil)
@@ -20,7 +21,7 @@ func (s *Store) PutResume(ctx context.Context, r store.Resume) error {
 		_, err := tx.ExecContext(ctx, `
 INSERT INTO resumes (project_id, session_id, request, secrets, created_at) VALUES (?, ?, ?, ?, ?)
 ON CONFLICT (project_id, session_id) DO UPDATE SET request = excluded.request, secrets = excluded.secrets, created_at = excluded.created_at`,
-			r.ProjectID, r.SessionID, r.Request, r.Secrets, ms(r.CreatedAt))
+			r.ProjectID, r.SessionID, r.Request, r.Secrets, sqlstore.MS(r.CreatedAt))
 		return err
 	})
 	if err != nil {
@@ -31,14 +32,10 @@ ON CONFLICT (project_id, session_id) DO UPDATE SET request = excluded.request, s
 
 // GetResume implements store.Resumes.
 func (s *Store) GetResume(ctx context.Context, k store.SessionKey) (store.Resume, error) {
-	out := store.Resume{ProjectID: k.ProjectID, SessionID: k.SessionID}
-	var created int64
-	err := s.r.QueryRowContext(ctx, `SELECT request, secrets, created_at FROM resumes WHERE project_id = ? AND session_id = ?`, k.ProjectID, k.SessionID).
-		Scan(&out.Request, &out.Secrets, &created)
+	out, err := sqlstore.ScanResume(s.r.QueryRowContext(ctx, `SELECT `+sqlstore.ResumeCols+` FROM resumes WHERE project_id = ? AND session_id = ?`, k.ProjectID, k.SessionID), k)
 	if err != nil {
 		return store.Resume{}, fmt.Errorf("get resume %s: %w", k, notFound(err))
 	}
-	out.CreatedAt = fromMS(created)
 	return out, nil
 }
 

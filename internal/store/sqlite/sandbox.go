@@ -7,28 +7,8 @@ import (
 
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/store"
+	"github.com/agentrunner/runner/internal/store/sqlstore"
 )
-
-const sandboxCols = `provider, id, project_id, session_id, state, labels, created_at, updated_at`
-
-func scanSandbox(r scanner) (store.Sandbox, error) {
-	var sb store.Sandbox
-	var state string
-	var labels []byte
-	var created, updated int64
-	if err := r.Scan(&sb.Provider, &sb.ID, &sb.ProjectID, &sb.SessionID, &state, &labels, &created, &updated); err != nil {
-		return sb, err
-	}
-	sb.State = store.SandboxState(state)
-	sb.CreatedAt, sb.UpdatedAt = fromMS(created), fromMS(updated)
-	if err := json.Unmarshal(labels, &sb.Labels); err != nil {
-		return sb, fmt.Errorf("sandbox %s/%s labels: %w", sb.Provider, sb.ID, err)
-	}
-	if len(sb.Labels) == 0 {
-		sb.Labels = nil
-	}
-	return sb, nil
-}
 
 // PutSandbox implements store.Sandboxes.
 func (s *Store) PutSandbox(ctx context.Context, sb store.Sandbox) (store.Sandbox, error) {
@@ -39,13 +19,13 @@ func (s *Store) PutSandbox(ctx context.Context, sb store.Sandbox) (store.Sandbox
 	if err != nil {
 		return store.Sandbox{}, fmt.Errorf("put sandbox %s/%s: %w", sb.Provider, sb.ID, err)
 	}
-	t := nowMS()
-	out, err := scanSandbox(s.w.QueryRowContext(ctx, `
-INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+	t := sqlstore.NowMS()
+	out, err := sqlstore.ScanSandbox(s.w.QueryRowContext(ctx, `
+INSERT INTO sandboxes (`+sqlstore.SandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (provider, id) DO UPDATE SET
 	project_id = excluded.project_id, session_id = excluded.session_id, state = excluded.state, labels = excluded.labels,
 	updated_at = excluded.updated_at
-RETURNING `+sandboxCols,
+RETURNING `+sqlstore.SandboxCols,
 		sb.Provider, sb.ID, sb.ProjectID, sb.SessionID, string(sb.State), string(labels), t, t))
 	if err != nil {
 		return store.Sandbox{}, fmt.Errorf("put sandbox %s/%s: %w", sb.Provider, sb.ID, err)
@@ -55,7 +35,7 @@ RETURNING `+sandboxCols,
 
 // GetSandbox implements store.Sandboxes.
 func (s *Store) GetSandbox(ctx context.Context, provider, id string) (store.Sandbox, error) {
-	out, err := scanSandbox(s.r.QueryRowContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes
+	out, err := sqlstore.ScanSandbox(s.r.QueryRowContext(ctx, `SELECT `+sqlstore.SandboxCols+` FROM sandboxes
 WHERE provider = ? AND id = ?`, provider, id))
 	if err != nil {
 		return store.Sandbox{}, fmt.Errorf("get sandbox %s/%s: %w", provider, id, notFound(err))
@@ -65,10 +45,10 @@ WHERE provider = ? AND id = ?`, provider, id))
 
 // ListSandboxes implements store.Sandboxes.
 func (s *Store) ListSandboxes(ctx context.Context, q store.SandboxQuery) ([]store.Sandbox, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes
+	rows, err := s.r.QueryContext(ctx, `SELECT `+sqlstore.SandboxCols+` FROM sandboxes
 WHERE (?1 = '' OR provider = ?1) AND (?2 = '' OR state = ?2) AND (?3 = '' OR session_id = ?3) AND (?4 = '' OR project_id = ?4)
 ORDER BY created_at, provider, id`, q.Provider, string(q.State), q.SessionID, q.ProjectID)
-	out, err := collect(rows, err, scanSandbox)
+	out, err := collect(rows, err, sqlstore.ScanSandbox)
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes: %w", err)
 	}
@@ -87,26 +67,16 @@ func (s *Store) DeleteSandbox(ctx context.Context, provider, id string) error {
 	return nil
 }
 
-const secretCols = `provider, id, name, project_id, session_id, created_at`
-
-func scanSecret(r scanner) (store.Secret, error) {
-	var sec store.Secret
-	var created int64
-	err := r.Scan(&sec.Provider, &sec.ID, &sec.Name, &sec.ProjectID, &sec.SessionID, &created)
-	sec.CreatedAt = fromMS(created)
-	return sec, err
-}
-
 // PutSecret implements store.Secrets.
 func (s *Store) PutSecret(ctx context.Context, sec store.Secret) (store.Secret, error) {
 	if err := sec.Validate(); err != nil {
 		return store.Secret{}, err
 	}
-	out, err := scanSecret(s.w.QueryRowContext(ctx, `
-INSERT INTO secrets (`+secretCols+`) VALUES (?, ?, ?, ?, ?, ?)
+	out, err := sqlstore.ScanSecret(s.w.QueryRowContext(ctx, `
+INSERT INTO secrets (`+sqlstore.SecretCols+`) VALUES (?, ?, ?, ?, ?, ?)
 ON CONFLICT (provider, id) DO UPDATE SET name = excluded.name, project_id = excluded.project_id, session_id = excluded.session_id
-RETURNING `+secretCols,
-		sec.Provider, sec.ID, sec.Name, sec.ProjectID, sec.SessionID, nowMS()))
+RETURNING `+sqlstore.SecretCols,
+		sec.Provider, sec.ID, sec.Name, sec.ProjectID, sec.SessionID, sqlstore.NowMS()))
 	if err != nil {
 		return store.Secret{}, fmt.Errorf("put secret %s/%s: %w", sec.Provider, sec.ID, err)
 	}
@@ -115,10 +85,10 @@ RETURNING `+secretCols,
 
 // ListSecrets implements store.Secrets.
 func (s *Store) ListSecrets(ctx context.Context, q store.SecretQuery) ([]store.Secret, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+secretCols+` FROM secrets
+	rows, err := s.r.QueryContext(ctx, `SELECT `+sqlstore.SecretCols+` FROM secrets
 WHERE (?1 = '' OR provider = ?1) AND (?2 = '' OR session_id = ?2) AND (?3 = '' OR project_id = ?3)
 ORDER BY created_at, provider, id`, q.Provider, q.SessionID, q.ProjectID)
-	out, err := collect(rows, err, scanSecret)
+	out, err := collect(rows, err, sqlstore.ScanSecret)
 	if err != nil {
 		return nil, fmt.Errorf("list secrets: %w", err)
 	}

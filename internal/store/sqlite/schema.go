@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+
+	"github.com/agentrunner/runner/internal/store/sqlstore"
 )
 
 // migrations are the schema versions in order: migrations[i] takes the
@@ -217,7 +219,7 @@ func migrate(ctx context.Context, db *sql.DB, migs []string) error {
 		if _, err := tx.ExecContext(ctx, migs[v]); err != nil {
 			return fmt.Errorf("migrate to version %d: %w", v+1, err)
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`, v+1, nowMS()); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`, v+1, sqlstore.NowMS()); err != nil {
 			return fmt.Errorf("migrate to version %d: %w", v+1, err)
 		}
 	}

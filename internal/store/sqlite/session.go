@@ -5,29 +5,16 @@ import (
 	"fmt"
 
 	"github.com/agentrunner/runner/internal/store"
+	"github.com/agentrunner/runner/internal/store/sqlstore"
 )
-
-const sessionCols = `id, project_id, harness, status, sandbox_provider, sandbox_id,
-	agent_session_id, last_turn_index, last_seq, created_at, updated_at`
-
-func scanSession(r scanner) (store.Session, error) {
-	var s store.Session
-	var status string
-	var created, updated int64
-	err := r.Scan(&s.ID, &s.ProjectID, &s.Harness, &status, &s.SandboxProvider, &s.SandboxID,
-		&s.AgentSessionID, &s.LastTurnIndex, &s.LastSeq, &created, &updated)
-	s.Status = store.SessionStatus(status)
-	s.CreatedAt, s.UpdatedAt = fromMS(created), fromMS(updated)
-	return s, err
-}
 
 // PutSession implements store.Sessions.
 func (s *Store) PutSession(ctx context.Context, in store.Session) (store.Session, error) {
 	if err := in.Validate(); err != nil {
 		return store.Session{}, err
 	}
-	t := nowMS()
-	out, err := scanSession(s.w.QueryRowContext(ctx, `
+	t := sqlstore.NowMS()
+	out, err := sqlstore.ScanSession(s.w.QueryRowContext(ctx, `
 INSERT INTO sessions (id, project_id, harness, status, sandbox_provider, sandbox_id,
 	agent_session_id, created_at, updated_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -35,7 +22,7 @@ ON CONFLICT (project_id, id) DO UPDATE SET
 	harness = excluded.harness, status = excluded.status,
 	sandbox_provider = excluded.sandbox_provider, sandbox_id = excluded.sandbox_id,
 	agent_session_id = excluded.agent_session_id, updated_at = excluded.updated_at
-RETURNING `+sessionCols,
+RETURNING `+sqlstore.SessionCols,
 		in.ID, in.ProjectID, in.Harness, string(in.Status), in.SandboxProvider, in.SandboxID,
 		in.AgentSessionID, t, t))
 	if err != nil {
@@ -46,7 +33,7 @@ RETURNING `+sessionCols,
 
 // GetSession implements store.Sessions.
 func (s *Store) GetSession(ctx context.Context, k store.SessionKey) (store.Session, error) {
-	out, err := scanSession(s.r.QueryRowContext(ctx, `SELECT `+sessionCols+` FROM sessions WHERE project_id = ? AND id = ?`, k.ProjectID, k.SessionID))
+	out, err := sqlstore.ScanSession(s.r.QueryRowContext(ctx, `SELECT `+sqlstore.SessionCols+` FROM sessions WHERE project_id = ? AND id = ?`, k.ProjectID, k.SessionID))
 	if err != nil {
 		return store.Session{}, fmt.Errorf("get session %s: %w", k, notFound(err))
 	}
@@ -59,10 +46,10 @@ func (s *Store) ListSessions(ctx context.Context, q store.SessionQuery) ([]store
 	if limit <= 0 {
 		limit = -1 // SQLite: no limit
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT `+sessionCols+` FROM sessions
+	rows, err := s.r.QueryContext(ctx, `SELECT `+sqlstore.SessionCols+` FROM sessions
 WHERE (?1 = '' OR project_id = ?1) AND (?2 = '' OR status = ?2) AND (?4 = '' OR id = ?4)
 ORDER BY updated_at DESC, id, project_id LIMIT ?3`, q.ProjectID, string(q.Status), limit, q.ID)
-	out, err := collect(rows, err, scanSession)
+	out, err := collect(rows, err, sqlstore.ScanSession)
 	if err != nil {
 		return nil, fmt.Errorf("list sessions: %w", err)
 	}

@@ -9,23 +9,8 @@ import (
 
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/store"
+	"github.com/agentrunner/runner/internal/store/sqlstore"
 )
-
-const turnCols = `project_id, session_id, turn_index, turn_id, harness, agent_session_id, sandbox_provider,
-	sandbox_id, status, started_at, ended_at, input_tokens, output_tokens, total_tokens, cost,
-	stop_reason, error, owner`
-
-func scanTurn(r scanner) (store.Turn, error) {
-	var t store.Turn
-	var status string
-	var started, ended int64
-	err := r.Scan(&t.ProjectID, &t.SessionID, &t.Index, &t.TurnID, &t.Harness, &t.AgentSessionID, &t.SandboxProvider,
-		&t.SandboxID, &status, &started, &ended, &t.Usage.Input, &t.Usage.Output, &t.Usage.Total, &t.Usage.Cost,
-		&t.StopReason, &t.Error, &t.Owner)
-	t.Status = store.TurnStatus(status)
-	t.StartedAt, t.EndedAt = fromMS(started), fromMS(ended)
-	return t, err
-}
 
 // BeginTurn implements store.Turns.
 func (s *Store) BeginTurn(ctx context.Context, t store.Turn) (store.Turn, error) {
@@ -64,13 +49,13 @@ func (s *Store) EndTurn(ctx context.Context, t store.Turn) (store.Turn, error) {
 // beginTurn records t as running in tx.
 func (s *Store) beginTurn(ctx context.Context, tx *sql.Tx, t store.Turn) (store.Turn, error) {
 	var id string
-	err := tx.StmtContext(ctx, s.stmts.beginSession).QueryRowContext(ctx, t.Index, nowMS(), t.ProjectID, t.SessionID).Scan(&id)
+	err := tx.StmtContext(ctx, s.stmts.beginSession).QueryRowContext(ctx, t.Index, sqlstore.NowMS(), t.ProjectID, t.SessionID).Scan(&id)
 	if err != nil {
 		return store.Turn{}, notFound(err)
 	}
-	out, err := scanTurn(tx.StmtContext(ctx, s.stmts.insertTurn).QueryRowContext(ctx,
+	out, err := sqlstore.ScanTurn(tx.StmtContext(ctx, s.stmts.insertTurn).QueryRowContext(ctx,
 		t.ProjectID, t.SessionID, t.Index, t.TurnID, t.Harness, t.AgentSessionID, t.SandboxProvider,
-		t.SandboxID, string(store.TurnRunning), ms(t.StartedAt), t.Owner))
+		t.SandboxID, string(store.TurnRunning), sqlstore.MS(t.StartedAt), t.Owner))
 	if isUnique(err) {
 		return store.Turn{}, errdefs.ErrConflict
 	}
@@ -79,8 +64,8 @@ func (s *Store) beginTurn(ctx context.Context, tx *sql.Tx, t store.Turn) (store.
 
 // endTurn records t's outcome in tx.
 func (s *Store) endTurn(ctx context.Context, tx *sql.Tx, t store.Turn) (store.Turn, error) {
-	out, err := scanTurn(tx.StmtContext(ctx, s.stmts.endTurn).QueryRowContext(ctx,
-		string(t.Status), ms(t.EndedAt), t.Usage.Input, t.Usage.Output, t.Usage.Total, t.Usage.Cost,
+	out, err := sqlstore.ScanTurn(tx.StmtContext(ctx, s.stmts.endTurn).QueryRowContext(ctx,
+		string(t.Status), sqlstore.MS(t.EndedAt), t.Usage.Input, t.Usage.Output, t.Usage.Total, t.Usage.Cost,
 		t.StopReason, t.Error, t.AgentSessionID, t.SandboxProvider, t.SandboxID,
 		t.ProjectID, t.SessionID, t.Index))
 	if !errors.Is(err, sql.ErrNoRows) {
@@ -101,20 +86,20 @@ func (s *Store) endTurn(ctx context.Context, tx *sql.Tx, t store.Turn) (store.Tu
 const (
 	sqlBeginSession = `UPDATE sessions
 SET last_turn_index = max(last_turn_index, ?), updated_at = ? WHERE project_id = ? AND id = ? RETURNING id`
-	sqlInsertTurnRow = `INSERT INTO turns (` + turnCols + `)
+	sqlInsertTurnRow = `INSERT INTO turns (` + sqlstore.TurnCols + `)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	sqlInsertTurn = `INSERT INTO turns (` + turnCols + `)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, 0, 0, 0, '', '', ?) RETURNING ` + turnCols
+	sqlInsertTurn = `INSERT INTO turns (` + sqlstore.TurnCols + `)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, 0, 0, 0, '', '', ?) RETURNING ` + sqlstore.TurnCols
 	sqlEndTurn = `UPDATE turns SET
 	status = ?, ended_at = ?, input_tokens = ?, output_tokens = ?, total_tokens = ?, cost = ?,
 	stop_reason = ?, error = ?, agent_session_id = ?, sandbox_provider = ?, sandbox_id = ?
 WHERE project_id = ? AND session_id = ? AND turn_index = ? AND status IN ('running', 'paused')
-RETURNING ` + turnCols
+RETURNING ` + sqlstore.TurnCols
 )
 
 // GetTurn implements store.Turns.
 func (s *Store) GetTurn(ctx context.Context, k store.SessionKey, index int) (store.Turn, error) {
-	out, err := scanTurn(s.r.QueryRowContext(ctx, `SELECT `+turnCols+` FROM turns
+	out, err := sqlstore.ScanTurn(s.r.QueryRowContext(ctx, `SELECT `+sqlstore.TurnCols+` FROM turns
 WHERE project_id = ? AND session_id = ? AND turn_index = ?`, k.ProjectID, k.SessionID, index))
 	if err != nil {
 		return store.Turn{}, fmt.Errorf("get turn %s/%d: %w", k, index, notFound(err))
@@ -124,9 +109,9 @@ WHERE project_id = ? AND session_id = ? AND turn_index = ?`, k.ProjectID, k.Sess
 
 // ListTurns implements store.Turns.
 func (s *Store) ListTurns(ctx context.Context, k store.SessionKey) ([]store.Turn, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+turnCols+` FROM turns
+	rows, err := s.r.QueryContext(ctx, `SELECT `+sqlstore.TurnCols+` FROM turns
 WHERE project_id = ? AND session_id = ? ORDER BY turn_index`, k.ProjectID, k.SessionID)
-	out, err := collect(rows, err, scanTurn)
+	out, err := collect(rows, err, sqlstore.ScanTurn)
 	if err == nil && len(out) == 0 {
 		err = s.sessionExists(ctx, k)
 	}
@@ -139,7 +124,7 @@ WHERE project_id = ? AND session_id = ? ORDER BY turn_index`, k.ProjectID, k.Ses
 // InterruptTurns implements store.Turns.
 func (s *Store) InterruptTurns(ctx context.Context, owner string, at time.Time) (int, error) {
 	res, err := s.w.ExecContext(ctx, `UPDATE turns SET status = 'interrupted', ended_at = ?
-WHERE owner = ? AND status = 'running'`, ms(at), owner)
+WHERE owner = ? AND status = 'running'`, sqlstore.MS(at), owner)
 	if err != nil {
 		return 0, fmt.Errorf("interrupt turns of %s: %w", owner, err)
 	}
