@@ -22,6 +22,7 @@ import (
 	"github.com/agentrunner/runner/internal/agent/agenttest"
 	"github.com/agentrunner/runner/internal/api"
 	"github.com/agentrunner/runner/internal/leaktest"
+	"github.com/agentrunner/runner/internal/platform"
 	"github.com/agentrunner/runner/internal/platform/platformtest"
 	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/sandbox"
@@ -62,7 +63,7 @@ func newEnvIsolated(t testing.TB, isolation string, opts ...option) *env {
 }
 
 // newEnvObserved is newEnvIsolated with turn observers (the platform mirror).
-func newEnvObserved(t testing.TB, isolation string, observers []runner.Observer, opts ...option) *env {
+func newEnvObserved(t testing.TB, isolation string, observers []platform.Observer, opts ...option) *env {
 	t.Helper()
 	p, err := local.New(local.Config{Dir: t.TempDir(), Isolation: isolation, MemoryMB: local.NoLimit, Pids: local.NoLimit, CPUs: local.NoLimit, DiskMB: local.NoLimit})
 	if err != nil {

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/internal/platform"
 	"github.com/agentrunner/runner/internal/platform/agenta"
 	"github.com/agentrunner/runner/internal/platform/platformtest"
-	"github.com/agentrunner/runner/internal/runner"
 )
 
 // BenchmarkWarmTurnPlatform: a warm turn over HTTP for a request that
@@ -29,7 +29,7 @@ func BenchmarkWarmTurnPlatform(b *testing.B) {
 				base = f.URL // off and on-queued: the request still names a platform
 			}
 			body := sessionBody("bench-platform-"+mode, "fake", "hello", `"telemetry":{"exporters":{"otlp":{"endpoint":"`+base+`/otlp/v1/traces","headers":{"authorization":"Secret bench"}}}}`)
-			var obs []runner.Observer
+			var obs []platform.Observer
 			var m *agenta.Mirror
 			if mode != "off" {
 				cfg := agenta.Config{ReplicaID: testReplica, QueueMax: 1 << 30}

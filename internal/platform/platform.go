@@ -1,8 +1,11 @@
 // Package platform is the family of clients of the platform the runner
 // serves turns for (Agenta's API): the calls the reference runner makes
 // back to it (records, heartbeats, interactions, turns, attachments,
-// mount signing), as small interfaces over plain types. The runner's own
-// store stays the source of truth; the platform is a mirror.
+// mount signing), as small interfaces over plain types, and the seams a
+// turn offers its observers (Observer and its optional abilities,
+// observe.go), so that the clients need not import the turn's package.
+// The runner's own store stays the source of truth; the platform is a
+// mirror.
 package platform
 
 import (

@@ -3,94 +3,11 @@ package runner
 import (
 	"context"
 	"encoding/json"
-	"errors"
 
 	"github.com/agentrunner/runner/internal/logkey"
+	"github.com/agentrunner/runner/internal/platform"
 	"github.com/agentrunner/runner/internal/wire"
 )
-
-// Observer is told of every session turn as it runs: the platform
-// mirror and the trace exporter are observers. Begin and the returned
-// TurnObserver's methods run on the turn's path: they must only hand the
-// work off (queue it) and return.
-type Observer interface {
-	// Begin is called once the turn is in the ledger (a turn without a
-	// session: as it starts, with SessionID "" and TurnIndex -1); nil
-	// means the observer has nothing to do for this turn.
-	Begin(ctx context.Context, b TurnBegin) TurnObserver
-}
-
-// TurnBegin describes a starting turn to its observers.
-type TurnBegin struct {
-	Request   *wire.Request
-	SessionID string
-	TurnID    string
-	TurnIndex int
-	Harness   string
-	Provider  string
-	// Fresh is set when the tail is a new user message (not an approval
-	// envelope): its text and attachments are the user's record.
-	Fresh       bool
-	UserText    string
-	Attachments []wire.ContentBlock
-	// Stop cancels the running turn (a Stop pressed on the platform).
-	Stop func(cause error)
-	// Spare are the interaction ids of the session's parked approvals
-	// when this turn answers at least one of them: the platform must not
-	// cancel them as stale (the resume settles them).
-	Spare []string
-	// LearnProject records the project the platform says the session
-	// belongs to, so /kill finds a turn whose request named none.
-	LearnProject func(projectID string)
-	// OwnerClaimed is set when the turn already claimed the session on
-	// the platform before it started (OwnerClaimer).
-	OwnerClaimed bool
-}
-
-// TurnObserver follows one turn.
-type TurnObserver interface {
-	// Event is each event of the turn, in order, as the caller sees it.
-	Event(ev wire.Event)
-	// End is the turn's outcome, before its result is returned.
-	End(e TurnEnd)
-}
-
-// TurnEnd is how a turn ended.
-type TurnEnd struct {
-	StopReason     string
-	Usage          *wire.Usage
-	Err            error
-	AgentSessionID string
-	SandboxID      string
-	Model          string
-}
-
-// TraceIdentifier is a TurnObserver that traces the turn: its trace id
-// goes into the result.
-type TraceIdentifier interface {
-	TraceID() string
-}
-
-// Attachment is the content of an attachment block, fetched from where
-// the platform keeps it.
-type Attachment struct {
-	Filename  string
-	MediaType string
-	Data      []byte
-}
-
-// AttachmentFetcher is a TurnObserver that can fetch the turn's
-// attachments from the platform.
-type AttachmentFetcher interface {
-	FetchAttachment(ctx context.Context, id string) (Attachment, error)
-}
-
-// errStopped cancels a turn stopped from the platform: an ordinary
-// cancellation (stopReason cancelled), not a failure.
-var errStopped = errors.New("turn stopped from the platform")
-
-// ErrStopped is the cause observers pass to TurnBegin.Stop.
-var ErrStopped = errStopped
 
 // observe starts the turn's observers; it runs once the turn has a
 // ledger index.
@@ -99,7 +16,7 @@ func (t *turn) observe(ctx context.Context) {
 		return
 	}
 	p := t.plan
-	b := TurnBegin{
+	b := platform.TurnBegin{
 		Request: p.req, SessionID: p.req.SessionID, TurnID: p.req.TurnID, TurnIndex: t.index,
 		Harness: p.harness.spec.Name, Provider: p.provider,
 		Fresh: p.req.Messages[len(p.req.Messages)-1].Role == "user" && len(p.approvals) == 0, UserText: p.tailText,
@@ -151,7 +68,7 @@ func (t *turn) observeEvent(ev wire.Event) {
 	}
 }
 
-func (t *turn) observeEnd(e TurnEnd) {
+func (t *turn) observeEnd(e platform.TurnEnd) {
 	for _, o := range t.observers {
 		o.End(e)
 	}
@@ -160,7 +77,7 @@ func (t *turn) observeEnd(e TurnEnd) {
 // traceID is the trace the turn's observers record it under, if any.
 func (t *turn) traceID() string {
 	for _, o := range t.observers {
-		if ti, ok := o.(TraceIdentifier); ok {
+		if ti, ok := o.(platform.TraceIdentifier); ok {
 			if id := ti.TraceID(); id != "" {
 				return id
 			}
@@ -170,9 +87,9 @@ func (t *turn) traceID() string {
 }
 
 // attachmentFetcher is the observer that can fetch attachments, if any.
-func (t *turn) attachmentFetcher() AttachmentFetcher {
+func (t *turn) attachmentFetcher() platform.AttachmentFetcher {
 	for _, o := range t.observers {
-		if f, ok := o.(AttachmentFetcher); ok {
+		if f, ok := o.(platform.AttachmentFetcher); ok {
 			return f
 		}
 	}

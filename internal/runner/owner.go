@@ -5,20 +5,9 @@ import (
 	"fmt"
 
 	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/platform"
 	"github.com/agentrunner/runner/internal/store"
-	"github.com/agentrunner/runner/internal/wire"
 )
-
-// OwnerClaimer is an Observer that can claim a session for this replica
-// on the platform the request came from (Agenta's owner key), as the
-// reference runner does before it starts a local sandbox.
-type OwnerClaimer interface {
-	// ClaimOwner claims the session and returns the replica that owns it
-	// after the claim; "" when unknown (the request is not the
-	// platform's, or the platform failed or did not answer before ctx
-	// ended: the claimer warns and counts, the turn goes on).
-	ClaimOwner(ctx context.Context, req *wire.Request) (owner string)
-}
 
 // claimOwner refuses a cold turn on a session the platform says another
 // replica owns, when nothing else would keep the two replicas apart: the
@@ -38,7 +27,7 @@ func (s *Service) claimOwner(ctx context.Context, t *turn) error {
 		return nil
 	}
 	for _, o := range s.cfg.Observers {
-		oc, ok := o.(OwnerClaimer)
+		oc, ok := o.(platform.OwnerClaimer)
 		if !ok {
 			continue
 		}

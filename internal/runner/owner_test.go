@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/platform"
 	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandbox/local"
@@ -22,7 +23,7 @@ type ownerPlatform struct {
 	claims []string // sessions claimed
 }
 
-func (o *ownerPlatform) Begin(context.Context, runner.TurnBegin) runner.TurnObserver { return nil }
+func (o *ownerPlatform) Begin(context.Context, platform.TurnBegin) platform.TurnObserver { return nil }
 
 func (o *ownerPlatform) ClaimOwner(_ context.Context, req *wire.Request) string {
 	o.mu.Lock()
@@ -44,7 +45,7 @@ func (o *ownerPlatform) set(owner string) int {
 // does; a warm turn does not ask.
 func TestOwnerClaim(t *testing.T) {
 	o := &ownerPlatform{}
-	e := newEnv(t, func(c *runner.Config) { c.Observers = []runner.Observer{o} })
+	e := newEnv(t, func(c *runner.Config) { c.Observers = []platform.Observer{o} })
 	if r := collect(t, e.svc, req{session: "s1", messages: []string{"say one"}}.wire()); !r.res.OK {
 		t.Fatal(r.res.Error)
 	}
@@ -82,7 +83,7 @@ func TestOwnerClaimOnlyForHostSandboxes(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := &ownerPlatform{owner: "replica-b"}
-	e := newEnvWith(t, []sandbox.Provider{hostless{p}}, func(c *runner.Config) { c.Observers = []runner.Observer{o} })
+	e := newEnvWith(t, []sandbox.Provider{hostless{p}}, func(c *runner.Config) { c.Observers = []platform.Observer{o} })
 	if r := collect(t, e.svc, req{session: "s1", messages: []string{"say one"}}.wire()); !r.res.OK {
 		t.Fatal(r.res.Error)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/agentrunner/runner/internal/gateway"
 	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/metrics"
+	"github.com/agentrunner/runner/internal/platform"
 	"github.com/agentrunner/runner/internal/pool"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandbox/egress"
@@ -108,7 +109,7 @@ type Config struct {
 	// request and tool call is denied.
 	DenyAllPermissions bool
 	// Observers follow every session turn (the platform mirror, traces).
-	Observers []Observer
+	Observers []platform.Observer
 	// OwnerClaimTimeout bounds the platform's answer to a cold turn's
 	// owner claim (owner.go); default 2s.
 	OwnerClaimTimeout time.Duration
@@ -397,7 +398,7 @@ func (s *Service) run(ctx context.Context, t *turn, sink Sink) (wire.Result, err
 	if res.SessionID == "" {
 		res.SessionID = t.agentSession
 	}
-	if err != nil && errors.Is(context.Cause(ctx), errStopped) {
+	if err != nil && errors.Is(context.Cause(ctx), platform.ErrStopped) {
 		// Stopped from the platform before the harness answered: a
 		// cancellation, as when it stops a running prompt.
 		err, out.StopReason = nil, agent.StopCancelled

@@ -18,6 +18,7 @@ import (
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/gateway"
 	"github.com/agentrunner/runner/internal/logkey"
+	"github.com/agentrunner/runner/internal/platform"
 	"github.com/agentrunner/runner/internal/pool"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/store"
@@ -63,7 +64,7 @@ type turn struct {
 	tools    *tools.Set // this turn's tools, nil without customTools
 	// observers follow the turn (observe.go); project is the project the
 	// platform named for a request without one (guarded by svc.mu).
-	observers []TurnObserver
+	observers []platform.TurnObserver
 	project   string
 	// ownerClaimed is set when Start awaited the platform's owner claim
 	// (owner.go): the observers need not send it again.
@@ -681,7 +682,7 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 		t.emit(done)
 	}
 	if t.observers != nil {
-		end := TurnEnd{StopReason: stop, Usage: out.Usage, Err: err, Model: t.plan.req.Model}
+		end := platform.TurnEnd{StopReason: stop, Usage: out.Usage, Err: err, Model: t.plan.req.Model}
 		if lv != nil {
 			end.SandboxID = lv.sb.Info().ID
 			if lv.sess != nil {

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/internal/platform"
 	"github.com/agentrunner/runner/internal/platform/agenta"
 	"github.com/agentrunner/runner/internal/platform/platformtest"
-	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/wire"
 )
 
@@ -24,13 +24,13 @@ func BenchmarkMirrorCriticalPath(b *testing.B) {
 		{Type: wire.EventMessageEnd, ID: "m1"}, {Type: wire.EventToolCall, ID: "c1", Name: "Read", Input: []byte(`{"path":"x"}`)},
 		wire.ToolResultEvent("c1", "data", nil, false), {Type: wire.EventDone, StopReason: "end_turn"},
 	}
-	run := func(b *testing.B, o runner.Observer) {
+	run := func(b *testing.B, o platform.Observer) {
 		for b.Loop() {
-			to := o.Begin(context.Background(), runner.TurnBegin{Request: req, SessionID: "bench", TurnID: "t", Harness: "fake", Fresh: true, UserText: "hello", Stop: func(error) {}})
+			to := o.Begin(context.Background(), platform.TurnBegin{Request: req, SessionID: "bench", TurnID: "t", Harness: "fake", Fresh: true, UserText: "hello", Stop: func(error) {}})
 			for _, ev := range events {
 				to.Event(ev)
 			}
-			to.End(runner.TurnEnd{StopReason: "end_turn"})
+			to.End(platform.TurnEnd{StopReason: "end_turn"})
 		}
 	}
 	b.Run("baseline-noop-observer", func(b *testing.B) { run(b, noop{}) })
@@ -59,6 +59,6 @@ func BenchmarkMirrorCriticalPath(b *testing.B) {
 
 type noop struct{}
 
-func (noop) Begin(context.Context, runner.TurnBegin) runner.TurnObserver { return noop{} }
-func (noop) Event(wire.Event)                                            {}
-func (noop) End(runner.TurnEnd)                                          {}
+func (noop) Begin(context.Context, platform.TurnBegin) platform.TurnObserver { return noop{} }
+func (noop) Event(wire.Event)                                                {}
+func (noop) End(platform.TurnEnd)                                            {}

@@ -12,14 +12,13 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/platform"
-	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/wire"
 )
 
 // Mirror mirrors every session turn that carries a platform credential
 // onto the platform: the session row and Stop (heartbeats), the records
 // the web app shows, the approvals plane and the turns ledger. It is a
-// runner.Observer; nothing it does blocks or fails a turn.
+// platform.Observer; nothing it does blocks or fails a turn.
 type Mirror struct {
 	cfg Config
 	q   *queue
@@ -28,8 +27,8 @@ type Mirror struct {
 }
 
 var (
-	_ runner.Observer     = (*Mirror)(nil)
-	_ runner.OwnerClaimer = (*Mirror)(nil)
+	_ platform.Observer     = (*Mirror)(nil)
+	_ platform.OwnerClaimer = (*Mirror)(nil)
 )
 
 // NewMirror returns a mirror; Close it after the runner's last turn.
@@ -47,7 +46,7 @@ func (m *Mirror) Stats() platform.Stats {
 	return st
 }
 
-// ClaimOwner implements runner.OwnerClaimer: one owner claim (a beat
+// ClaimOwner implements platform.OwnerClaimer: one owner claim (a beat
 // without turn_id), on the turn's path, bounded by ctx. A failed or late
 // answer is "" (warned, counted): the platform's outage never fails a
 // turn.
@@ -79,8 +78,8 @@ func (m *Mirror) Connect(req *wire.Request) (*Conn, bool) {
 	return &Conn{base: BaseFor(m.cfg.Base, req), cfg: &m.cfg, credential: cred, obtained: time.Now()}, true
 }
 
-// Begin implements runner.Observer.
-func (m *Mirror) Begin(ctx context.Context, b runner.TurnBegin) runner.TurnObserver {
+// Begin implements platform.Observer.
+func (m *Mirror) Begin(ctx context.Context, b platform.TurnBegin) platform.TurnObserver {
 	conn, ok := m.Connect(b.Request)
 	if !ok || b.SessionID == "" {
 		return nil
@@ -100,7 +99,7 @@ func (m *Mirror) Begin(ctx context.Context, b runner.TurnBegin) runner.TurnObser
 type turnMirror struct {
 	m      *Mirror
 	conn   *Conn
-	b      runner.TurnBegin
+	b      platform.TurnBegin
 	spanID string
 	refs   []platform.Reference
 	stop   chan struct{}
@@ -210,7 +209,7 @@ func (t *turnMirror) beat(ctx context.Context, running bool) error {
 	}
 	if interrupt {
 		t.m.cfg.Logger.Info("turn stopped from the platform (heartbeat: not the current turn)", "session", t.b.SessionID, "turn", t.b.TurnID)
-		t.b.Stop(runner.ErrStopped)
+		t.b.Stop(platform.ErrStopped)
 	}
 	return nil
 }
@@ -238,7 +237,7 @@ func (t *turnMirror) beatLoop() {
 	}
 }
 
-// Event implements runner.TurnObserver.
+// Event implements platform.TurnObserver.
 func (t *turnMirror) Event(ev wire.Event) {
 	if ev.Transient || runnerOnlyData(ev) {
 		return
@@ -253,8 +252,8 @@ func (t *turnMirror) Event(ev wire.Event) {
 	}
 }
 
-// End implements runner.TurnObserver.
-func (t *turnMirror) End(e runner.TurnEnd) {
+// End implements platform.TurnObserver.
+func (t *turnMirror) End(e platform.TurnEnd) {
 	if t.ended {
 		return
 	}
@@ -277,13 +276,9 @@ func (t *turnMirror) End(e runner.TurnEnd) {
 	})
 }
 
-// FetchAttachment implements runner.AttachmentFetcher.
-func (t *turnMirror) FetchAttachment(ctx context.Context, id string) (runner.Attachment, error) {
-	a, err := t.conn.FetchAttachment(ctx, t.b.SessionID, id)
-	if err != nil {
-		return runner.Attachment{}, err
-	}
-	return runner.Attachment{Filename: a.Filename, MediaType: a.MediaType, Data: a.Data}, nil
+// FetchAttachment implements platform.AttachmentFetcher.
+func (t *turnMirror) FetchAttachment(ctx context.Context, id string) (platform.Attachment, error) {
+	return t.conn.FetchAttachment(ctx, t.b.SessionID, id)
 }
 
 // record turns a live event into records as the reference runner

@@ -28,7 +28,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/agentrunner/runner/internal/runner"
+	"github.com/agentrunner/runner/internal/platform"
 	"github.com/agentrunner/runner/internal/wire"
 )
 
@@ -39,7 +39,7 @@ type Config struct {
 	Logger  *slog.Logger
 }
 
-// Tracer is a runner.Observer that traces turns.
+// Tracer is a platform.Observer that traces turns.
 type Tracer struct {
 	cfg    Config
 	tp     *sdktrace.TracerProvider
@@ -71,7 +71,7 @@ func (t target) key() string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-var _ runner.Observer = (*Tracer)(nil)
+var _ platform.Observer = (*Tracer)(nil)
 
 // New returns a tracer; Close it after the last turn.
 func New(cfg Config) *Tracer {
@@ -120,8 +120,8 @@ func (t *Tracer) Close(ctx context.Context) error {
 	return t.tp.Shutdown(ctx)
 }
 
-// Begin implements runner.Observer.
-func (t *Tracer) Begin(ctx context.Context, b runner.TurnBegin) runner.TurnObserver {
+// Begin implements platform.Observer.
+func (t *Tracer) Begin(ctx context.Context, b platform.TurnBegin) platform.TurnObserver {
 	tel := b.Request.TelemetryConfig()
 	endpoint, headers := tel.OTLP()
 	if endpoint == "" {
@@ -164,10 +164,10 @@ type turnTrace struct {
 	ended   bool
 }
 
-// TraceID implements runner.TraceIdentifier.
+// TraceID implements platform.TraceIdentifier.
 func (tt *turnTrace) TraceID() string { return tt.agent.SpanContext().TraceID().String() }
 
-// Event implements runner.TurnObserver.
+// Event implements platform.TurnObserver.
 func (tt *turnTrace) Event(ev wire.Event) {
 	switch ev.Type {
 	case wire.EventToolCall:
@@ -199,9 +199,9 @@ func (tt *turnTrace) Event(ev wire.Event) {
 	}
 }
 
-// End implements runner.TurnObserver: the spans end with the turn's
+// End implements platform.TurnObserver: the spans end with the turn's
 // harness, model, usage and stop reason, and the trace is exported.
-func (tt *turnTrace) End(e runner.TurnEnd) {
+func (tt *turnTrace) End(e platform.TurnEnd) {
 	if tt.ended {
 		return
 	}
