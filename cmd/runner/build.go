@@ -136,7 +136,7 @@ func startTools(ctx context.Context, cfg config.Config, log *slog.Logger) (runne
 	done := make(chan struct{})
 	go func() { defer close(done); _ = r.Serve(rctx, ln) }()
 	tc := runner.ToolsConfig{
-		Base:   tools.Config{DefaultTimeout: cfg.ToolsTimeout, HostAllowlist: cfg.MCPHostAllowlist},
+		Base:   tools.Config{DefaultTimeout: cfg.Tools.Timeout, HostAllowlist: cfg.Tools.MCPHostAllowlist},
 		Relay:  r,
 		Socket: sock,
 		Shim:   []string{exe, "mcp-stdio"},
@@ -145,8 +145,8 @@ func startTools(ctx context.Context, cfg config.Config, log *slog.Logger) (runne
 }
 
 func openStore(ctx context.Context, cfg config.Config) (store.Store, error) {
-	if cfg.DatabaseURL != "" {
-		st, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.Options{ConnectTimeout: cfg.DatabaseConnectTimeout, StatementTimeout: cfg.DatabaseStatementTimeout})
+	if cfg.Store.DatabaseURL != "" {
+		st, err := postgres.Open(ctx, cfg.Store.DatabaseURL, postgres.Options{ConnectTimeout: cfg.Store.ConnectTimeout, StatementTimeout: cfg.Store.StatementTimeout})
 		if err != nil {
 			return nil, fmt.Errorf("open PostgreSQL (AGENTA_RUNNER_DATABASE_URL): %w", err)
 		}
@@ -198,7 +198,7 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 		}
 	}
 	pools := map[string]runner.PoolConfig{
-		"daytona": {Enabled: cfg.Daytona.IdleTTL > 0, Max: cfg.Daytona.MaxWarm, IdleTTL: cfg.Daytona.IdleTTL, ApprovalTTL: cfg.ApprovalTTL},
+		"daytona": {Enabled: cfg.Daytona.IdleTTL > 0, Max: cfg.Daytona.MaxWarm, IdleTTL: cfg.Daytona.IdleTTL, ApprovalTTL: cfg.Sessions.ApprovalTTL},
 	}
 	refuse := map[string]string{}
 	if cfg.Daytona.OpaqueSecrets {
@@ -219,23 +219,23 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 	}
 	return runner.New(runner.Config{
 		Workspaces:      workspaces,
-		CheckpointEvery: cfg.CheckpointEvery,
+		CheckpointEvery: cfg.Workspace.CheckpointEvery,
 		Mounter:         mounter,
 		Version:         version,
 		DefaultProvider: cfg.DefaultProvider,
 		Harnesses:       specs,
 		BaseEnv:         baseEnv(cfg, environ),
-		HistoryMaxChars: cfg.HistoryMaxChars,
+		HistoryMaxChars: cfg.Sessions.HistoryMaxChars,
 		ReplicaID:       replica,
-		KeepAlive:       cfg.KeepAlive,
-		PoolMax:         cfg.PoolMax,
-		SessionTTL:      cfg.SessionTTL,
-		ApprovalTTL:     cfg.ApprovalTTL,
+		KeepAlive:       cfg.Sessions.KeepAlive,
+		PoolMax:         cfg.Sessions.PoolMax,
+		SessionTTL:      cfg.Sessions.TTL,
+		ApprovalTTL:     cfg.Sessions.ApprovalTTL,
 		Pools:           pools,
 		Gateway:         gw,
 		Egress:          eg,
-		Limits:          runner.Limits{Total: cfg.RunTotalTimeout, TTFB: cfg.RunTTFBTimeout, Idle: cfg.RunIdleTimeout},
-		Caps:            runner.Caps{Output: cfg.MaxOutputBytes, Result: cfg.MaxResultBytes, TurnLog: cfg.MaxTurnLogBytes},
+		Limits:          runner.Limits{Total: cfg.Limits.RunTotalTimeout, TTFB: cfg.Limits.RunTTFBTimeout, Idle: cfg.Limits.RunIdleTimeout},
+		Caps:            runner.Caps{Output: cfg.Limits.MaxOutputBytes, Result: cfg.Limits.MaxResultBytes, TurnLog: cfg.Limits.MaxTurnLogBytes},
 		SecretRefusal:   refuse,
 		Tools:           tc,
 		Configure:       harnessConfigurer(cfg, environ),
@@ -244,7 +244,7 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 		Workdir:         cfg.Workdir,
 		Metrics:         obs,
 		Logger:          log,
-	}, providers, &acp.Driver{ClientVersion: version, MaxLine: cfg.MaxEventBytes}, st)
+	}, providers, &acp.Driver{ClientVersion: version, MaxLine: cfg.Limits.MaxEventBytes}, st)
 }
 
 // baseEnv is what every harness inherits: where to find programs, and the
@@ -298,25 +298,25 @@ func newLocal(cfg config.Config, eg *egress.Policy, log *slog.Logger) (*local.Pr
 		}
 		return n
 	}
-	cpus := cfg.LocalCPUs
+	cpus := cfg.Local.CPUs
 	if cpus == 0 {
 		cpus = local.NoLimit
 	}
 	return local.New(local.Config{
 		Dir:         filepath.Join(cfg.DataDir, "sandboxes"),
 		DataDir:     cfg.DataDir,
-		Isolation:   cfg.LocalIsolation,
-		Bwrap:       cfg.LocalBwrap,
+		Isolation:   cfg.Local.Isolation,
+		Bwrap:       cfg.Local.Bwrap,
 		Hide:        cfg.RunnerPaths(),
-		MemoryMB:    limit(cfg.LocalMemoryMB),
-		Pids:        limit(cfg.LocalPids),
+		MemoryMB:    limit(cfg.Local.MemoryMB),
+		Pids:        limit(cfg.Local.Pids),
 		CPUs:        cpus,
-		DiskMB:      limit(cfg.LocalDiskMB),
-		ReserveMB:   limit(cfg.DiskReserveMB),
+		DiskMB:      limit(cfg.Local.DiskMB),
+		ReserveMB:   limit(cfg.Local.DiskReserveMB),
 		ProxyBridge: []string{exe, "sandbox-proxy-bridge"},
-		SandboxUID:  cfg.LocalUID,
-		SandboxGID:  cfg.LocalGID,
-		Network:     cfg.LocalNetwork,
+		SandboxUID:  cfg.Local.UID,
+		SandboxGID:  cfg.Local.GID,
+		Network:     cfg.Local.Network,
 		Egress:      eg,
 		Logger:      log,
 	})

@@ -10,8 +10,8 @@ import (
 // descriptor limit: the other half is for what the turns open (sandbox
 // pipes, sockets, the store), so that idle clients cannot starve them.
 func maxConnections(cfg config.Config) int {
-	if cfg.MaxConnections > 0 {
-		return cfg.MaxConnections
+	if cfg.HTTP.MaxConnections > 0 {
+		return cfg.HTTP.MaxConnections
 	}
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur == 0 {

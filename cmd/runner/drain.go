@@ -15,8 +15,8 @@ import (
 // to finish. What is still running then is cancelled by Shutdown.
 func drain(ctx context.Context, cfg config.Config, svc *runner.Service, log *slog.Logger) {
 	n := svc.InFlight()
-	log.Info("shutting down: draining (not ready, no new turns)", "turns", n, "timeout_ms", cfg.ShutdownTimeout.Milliseconds())
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	log.Info("shutting down: draining (not ready, no new turns)", "turns", n, "timeout_ms", cfg.HTTP.ShutdownTimeout.Milliseconds())
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.HTTP.ShutdownTimeout)
 	defer cancel()
 	if err := svc.Drain(dctx); err != nil {
 		log.Warn("shutting down: turns still running at the drain deadline are cancelled", "turns", svc.InFlight())

@@ -21,14 +21,14 @@ import (
 // cluster network), else as a route on the main port behind the token.
 // It returns the routes to add to the main handler and a stop function.
 func metricsEndpoint(ctx context.Context, cfg config.Config, m *prom.Metrics, eg *egress.Policy, log *slog.Logger) ([]api.Route, func(), error) {
-	if cfg.MetricsAddr == "" {
+	if cfg.HTTP.MetricsAddr == "" {
 		return []api.Route{{Pattern: "GET /metrics", Handler: m.Handler()}}, func() {}, nil
 	}
 	ln, ok := ctx.Value(metricsListenerKey{}).(net.Listener)
 	if !ok {
 		var err error
-		if ln, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
-			return nil, nil, fmt.Errorf("metrics listen on %s: %w (set AGENTA_RUNNER_METRICS_ADDR)", cfg.MetricsAddr, err)
+		if ln, err = net.Listen("tcp", cfg.HTTP.MetricsAddr); err != nil {
+			return nil, nil, fmt.Errorf("metrics listen on %s: %w (set AGENTA_RUNNER_METRICS_ADDR)", cfg.HTTP.MetricsAddr, err)
 		}
 	}
 	eg.AddOwn(ln.Addr()) // never a destination for a sandbox

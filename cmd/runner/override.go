@@ -21,7 +21,7 @@ import (
 // (the host's whole /tmp, /root, /run, /etc, the runner's data dir), is
 // refused at boot with the path and why.
 func overrideBinds(cfg config.Config) ([]sandbox.Bind, error) {
-	if cfg.LocalIsolation != "bwrap" || !slices.Contains(cfg.EnabledProviders, "local") {
+	if cfg.Local.Isolation != "bwrap" || !slices.Contains(cfg.EnabledProviders, "local") {
 		return nil, nil // no isolation: the harness sees the host as it is
 	}
 	var binds []sandbox.Bind

@@ -91,7 +91,7 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 	switch {
 	case *requestFile != "":
 		var err error
-		if req, err = requestFrom(*requestFile, text, cfg.MaxBodyBytes); err != nil {
+		if req, err = requestFrom(*requestFile, text, cfg.HTTP.MaxBodyBytes); err != nil {
 			return fail("-request %s: %v", *requestFile, err)
 		}
 	case text != "":
@@ -100,12 +100,12 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 		if f, ok := stdin.(*os.File); ok && isTerminal(f) {
 			return fail("give a prompt (-prompt or arguments), or pipe a run request as JSON on stdin")
 		}
-		body, err := io.ReadAll(io.LimitReader(stdin, cfg.MaxBodyBytes+1))
+		body, err := io.ReadAll(io.LimitReader(stdin, cfg.HTTP.MaxBodyBytes+1))
 		if err != nil {
 			return fail("read stdin: %v", err)
 		}
-		if int64(len(body)) > cfg.MaxBodyBytes {
-			return fail("request larger than %d bytes (AGENTA_RUNNER_MAX_BODY_BYTES)", cfg.MaxBodyBytes)
+		if int64(len(body)) > cfg.HTTP.MaxBodyBytes {
+			return fail("request larger than %d bytes (AGENTA_RUNNER_MAX_BODY_BYTES)", cfg.HTTP.MaxBodyBytes)
 		}
 		if req, err = wire.Decode(body); err != nil {
 			return fail("%v", err)
@@ -160,7 +160,7 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 	}
 	serviceURL := "http://" + loopbackAddr(cfg.Addr())
 	found := false
-	if *base == "" && req.SessionID != "" && cfg.Workdir == "" && cfg.Token != "" && serviceAt(ctx, serviceURL, cfg.Token) {
+	if *base == "" && req.SessionID != "" && cfg.Workdir == "" && cfg.HTTP.Token != "" && serviceAt(ctx, serviceURL, cfg.HTTP.Token) {
 		*base, found = serviceURL, true // the service may hold the session warm
 	}
 
@@ -173,18 +173,18 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 
 	var backend turns
 	if *base != "" {
-		if cfg.Token == "" {
+		if cfg.HTTP.Token == "" {
 			return fail("-url needs AGENTA_RUNNER_TOKEN, the service's token")
 		}
 		serviceURL = strings.TrimRight(*base, "/")
-		backend = serviceTurns{base: serviceURL, token: cfg.Token, client: &http.Client{}}
+		backend = serviceTurns{base: serviceURL, token: cfg.HTTP.Token, client: &http.Client{}}
 	} else {
 		level := "warn"
 		if mode == "text" {
 			level = "error" // a failed turn is shown by the renderer
 		}
 		log := newLogger(stderr, level)
-		eg, err := egress.New(cfg.LocalNetworkAllow)
+		eg, err := egress.New(cfg.Local.NetworkAllow)
 		if err != nil {
 			fmt.Fprintln(stderr, "runner:", err)
 			return 1

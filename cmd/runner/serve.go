@@ -67,7 +67,7 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 	defer lock.Close()
 
 	m := prom.New()
-	eg, err := egress.New(cfg.LocalNetworkAllow)
+	eg, err := egress.New(cfg.Local.NetworkAllow)
 	if err != nil {
 		fmt.Fprintln(stderr, "runner:", err)
 		return 2
@@ -91,7 +91,7 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 	}
 	// Probes the store for /ready and writes the outcomes of turns whose
 	// commit failed (AGENTA_RUNNER_STORE_PROBE_INTERVAL_MS).
-	watch := svc.WatchStore(cfg.StoreProbeInterval)
+	watch := svc.WatchStore(cfg.Store.ProbeInterval)
 	watch.Start()
 	defer watch.Stop()
 	// Deletes remote sandboxes no session owns (AGENTA_RUNNER_DAYTONA_REAP_INTERVAL_MS).
@@ -101,14 +101,14 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 	var limited *api.ConnLimiter // set before the server serves
 	installed := &harnessStatusCache{status: func() map[string]any { return harnessStatus(cfg) }, now: time.Now}
 	h := api.New(api.Config{
-		Token:             cfg.Token,
-		ProjectTokens:     cfg.ProjectTokens,
+		Token:             cfg.HTTP.Token,
+		ProjectTokens:     cfg.HTTP.ProjectTokens,
 		Version:           version,
-		ConcurrencyLimit:  cfg.ConcurrencyLimit,
-		MaxBodyBytes:      cfg.MaxBodyBytes,
-		HistoryCacheBytes: cfg.HistoryCacheBytes,
-		PingInterval:      cfg.PingInterval,
-		ReadTimeout:       cfg.ReadTimeout,
+		ConcurrencyLimit:  cfg.HTTP.ConcurrencyLimit,
+		MaxBodyBytes:      cfg.HTTP.MaxBodyBytes,
+		HistoryCacheBytes: cfg.Limits.HistoryCacheBytes,
+		PingInterval:      cfg.HTTP.PingInterval,
+		ReadTimeout:       cfg.HTTP.ReadTimeout,
 		Health: func() map[string]any {
 			return map[string]any{"harnesses": svc.Harnesses(), "harnessesInstalled": installed.get(), "providers": svc.Providers(), "inFlight": svc.InFlight(), "warm": svc.Warm(), "connections": limited.Open()}
 		},
@@ -125,7 +125,7 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 	eg.AddOwn(ln.Addr()) // a model endpoint naming the runner's API is refused
 	// No server-wide ReadTimeout: it would cut a stream and a long upload;
 	// a request body's stall is bounded per read (api.Config.ReadTimeout).
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: cfg.IdleTimeout}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: cfg.HTTP.IdleTimeout}
 	limited = api.LimitConns(ln, maxConnections(cfg))
 	reserve := api.ReserveServer(limited, h)
 	reserved := make(chan struct{})
@@ -144,7 +144,7 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 	}
 	drain(ctx, cfg, svc, log)
 	reaper.Stop() // before the turns park their sandboxes
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.HTTP.ShutdownTimeout)
 	defer cancel()
 	// Stop accepting, cancel what is left of the turns (their streams end
 	// with a result), park the warm sessions, then wait for handlers to

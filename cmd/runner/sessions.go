@@ -65,11 +65,11 @@ func sessions(ctx context.Context, args []string, environ []string, stdout, stde
 		fmt.Fprintf(stderr, "%s: -o %q: want text or json\n", name, mode)
 		return 2
 	}
-	if cfg.Token == "" {
+	if cfg.HTTP.Token == "" {
 		fmt.Fprintf(stderr, "%s: set AGENTA_RUNNER_TOKEN to the service's token\n", name)
 		return 2
 	}
-	c := sessionsClient{base: strings.TrimRight(*base, "/"), token: cfg.Token, name: name, stderr: stderr}
+	c := sessionsClient{base: strings.TrimRight(*base, "/"), token: cfg.HTTP.Token, name: name, stderr: stderr}
 	color := render.ColorEnabled(isTerminal(stdout), envLookup(environ))
 	if tail {
 		if fs.NArg() != 1 {

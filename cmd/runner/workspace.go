@@ -28,7 +28,7 @@ import (
 //
 // A nil resolver means off.
 func workspaceResolver(cfg config.Config) (workspace.Resolver, error) {
-	raw := strings.TrimSpace(cfg.StoreURL)
+	raw := strings.TrimSpace(cfg.Workspace.StoreURL)
 	if strings.EqualFold(raw, "off") {
 		return nil, nil
 	}

@@ -21,16 +21,16 @@ import (
 // (nothing to mount: restoring from this disk is a local copy), and a
 // host without rclone, fusermount3 or /dev/fuse.
 func workspaceMounter(cfg config.Config, log *slog.Logger) (workspace.Mounter, error) {
-	if cfg.WorkspaceMode != "fuse" {
+	if cfg.Workspace.Mode != "fuse" {
 		return nil, nil
 	}
 	const v = "AGENTA_RUNNER_WORKSPACE_MODE=fuse"
 	if slices.Contains(cfg.EnabledProviders, "daytona") {
 		return nil, errdefs.Invalidf("%s mounts the store on the runner's host, which a Daytona sandbox cannot see, and the store must never have to be reachable from a remote sandbox: use AGENTA_RUNNER_WORKSPACE_MODE=sync with Daytona (its restore and checkpoints go through sandboxd), or enable only the local provider", v)
 	}
-	raw := strings.TrimSpace(cfg.StoreURL)
+	raw := strings.TrimSpace(cfg.Workspace.StoreURL)
 	switch {
-	case strings.EqualFold(raw, "off") && !cfg.PlatformMounts:
+	case strings.EqualFold(raw, "off") && !cfg.Workspace.PlatformMounts:
 		return nil, errdefs.Invalidf("%s needs a store, and AGENTA_RUNNER_STORE_URL is off: set an s3:// store or AGENTA_RUNNER_PLATFORM_MOUNTS=on", v)
 	case !strings.EqualFold(raw, "off") && !strings.HasPrefix(strings.ToLower(raw), "s3://"):
 		where := raw
@@ -39,7 +39,7 @@ func workspaceMounter(cfg config.Config, log *slog.Logger) (workspace.Mounter, e
 		}
 		return nil, errdefs.Invalidf("%s mounts an S3 store, and AGENTA_RUNNER_STORE_URL is a directory (%s): use sync mode, whose restore from this disk is a local copy, or an s3:// store", v, where)
 	}
-	rc, err := rclone.Check(rclone.Config{CacheDir: filepath.Join(cfg.DataDir, "rclone-cache"), UID: cfg.LocalUID, GID: cfg.LocalGID})
+	rc, err := rclone.Check(rclone.Config{CacheDir: filepath.Join(cfg.DataDir, "rclone-cache"), UID: cfg.Local.UID, GID: cfg.Local.GID})
 	if err != nil {
 		return nil, err
 	}

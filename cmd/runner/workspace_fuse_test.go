@@ -18,11 +18,11 @@ func TestFuseModeRefusedAtBoot(t *testing.T) {
 		path string // PATH, when it matters
 		want string
 	}{
-		{"daytona", config.Config{WorkspaceMode: "fuse", EnabledProviders: []string{"local", "daytona"}, StoreURL: s3URL}, "", "Daytona"},
-		{"directory store", config.Config{WorkspaceMode: "fuse", EnabledProviders: []string{"local"}}, "", "is a directory"},
-		{"file store", config.Config{WorkspaceMode: "fuse", EnabledProviders: []string{"local"}, StoreURL: "/var/lib/ws"}, "", "is a directory"},
-		{"no store", config.Config{WorkspaceMode: "fuse", EnabledProviders: []string{"local"}, StoreURL: "off"}, "", "needs a store"},
-		{"no rclone", config.Config{WorkspaceMode: "fuse", EnabledProviders: []string{"local"}, StoreURL: s3URL, DataDir: t.TempDir()}, t.TempDir(), "apt-get install rclone"},
+		{"daytona", config.Config{EnabledProviders: []string{"local", "daytona"}, Workspace: config.Workspace{Mode: "fuse", StoreURL: s3URL}}, "", "Daytona"},
+		{"directory store", config.Config{EnabledProviders: []string{"local"}, Workspace: config.Workspace{Mode: "fuse"}}, "", "is a directory"},
+		{"file store", config.Config{EnabledProviders: []string{"local"}, Workspace: config.Workspace{Mode: "fuse", StoreURL: "/var/lib/ws"}}, "", "is a directory"},
+		{"no store", config.Config{EnabledProviders: []string{"local"}, Workspace: config.Workspace{Mode: "fuse", StoreURL: "off"}}, "", "needs a store"},
+		{"no rclone", config.Config{EnabledProviders: []string{"local"}, Workspace: config.Workspace{Mode: "fuse", StoreURL: s3URL}, DataDir: t.TempDir()}, t.TempDir(), "apt-get install rclone"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.path != "" {
@@ -34,7 +34,7 @@ func TestFuseModeRefusedAtBoot(t *testing.T) {
 			}
 		})
 	}
-	if m, err := workspaceMounter(config.Config{WorkspaceMode: "sync", EnabledProviders: []string{"local", "daytona"}}, slog.New(slog.DiscardHandler)); m != nil || err != nil {
+	if m, err := workspaceMounter(config.Config{EnabledProviders: []string{"local", "daytona"}, Workspace: config.Workspace{Mode: "sync"}}, slog.New(slog.DiscardHandler)); m != nil || err != nil {
 		t.Fatalf("sync mode: %v, %v; want no mounter", m, err)
 	}
 }
@@ -44,8 +44,8 @@ func TestFuseModeRefusedAtBoot(t *testing.T) {
 func TestWorkspaceModeSetting(t *testing.T) {
 	for v, want := range map[string]string{"": "sync", "fuse": "fuse", "FUSE": "fuse", "sync": "sync"} {
 		cfg, _, err := config.Load([]string{"AGENTA_RUNNER_WORKSPACE_MODE=" + v})
-		if err != nil || cfg.WorkspaceMode != want {
-			t.Fatalf("%q: %q, %v; want %q", v, cfg.WorkspaceMode, err, want)
+		if err != nil || cfg.Workspace.Mode != want {
+			t.Fatalf("%q: %q, %v; want %q", v, cfg.Workspace.Mode, err, want)
 		}
 	}
 	_, _, err := config.Load([]string{"AGENTA_RUNNER_WORKSPACE_MODE=mount"})

@@ -17,7 +17,7 @@ import (
 // on: a request carrying the platform's run credential gets its session
 // and agent mounts signed by the platform, with that credential.
 func platformWorkspaces(cfg config.Config, configured workspace.Resolver) workspace.Resolver {
-	if !cfg.PlatformMounts || !cfg.Platform.On {
+	if !cfg.Workspace.PlatformMounts || !cfg.Platform.On {
 		return configured
 	}
 	acfg := agenta.Config{Base: cfg.Platform.Base, RefreshInterval: cfg.Platform.RefreshInterval}

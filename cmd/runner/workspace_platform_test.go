@@ -18,7 +18,7 @@ import (
 // to the configured store.
 func TestPlatformSignsTheMounts(t *testing.T) {
 	f := platformtest.New(t, platformCred)
-	cfg := config.Config{DataDir: t.TempDir(), PlatformMounts: true, Platform: config.Platform{On: true}}
+	cfg := config.Config{DataDir: t.TempDir(), Workspace: config.Workspace{PlatformMounts: true}, Platform: config.Platform{On: true}}
 	configured, err := workspaceResolver(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -29,7 +29,7 @@ func TestStoreURL(t *testing.T) {
 		{url: "ftp://host/x", wantErr: `scheme "ftp"`},
 		{url: "file://relative/x", wantErr: "absolute path"},
 	} {
-		r, err := workspaceResolver(config.Config{StoreURL: tc.url, DataDir: dir})
+		r, err := workspaceResolver(config.Config{Workspace: config.Workspace{StoreURL: tc.url}, DataDir: dir})
 		switch {
 		case tc.wantErr != "":
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {

@@ -15,9 +15,9 @@ func TestDefaults(t *testing.T) {
 		t.Fatalf("err %v warnings %v", err, warnings)
 	}
 	got := map[string]any{
-		"addr": c.Addr(), "providers": c.EnabledProviders, "default": c.DefaultProvider, "isolation": c.LocalIsolation,
-		"data": c.DataDir, "keepalive": c.KeepAlive, "pool": c.PoolMax, "ttl": c.SessionTTL, "approval": c.ApprovalTTL,
-		"limit": c.ConcurrencyLimit, "body": c.MaxBodyBytes, "history": c.HistoryMaxChars, "ping": c.PingInterval,
+		"addr": c.Addr(), "providers": c.EnabledProviders, "default": c.DefaultProvider, "isolation": c.Local.Isolation,
+		"data": c.DataDir, "keepalive": c.Sessions.KeepAlive, "pool": c.Sessions.PoolMax, "ttl": c.Sessions.TTL, "approval": c.Sessions.ApprovalTTL,
+		"limit": c.HTTP.ConcurrencyLimit, "body": c.HTTP.MaxBodyBytes, "history": c.Sessions.HistoryMaxChars, "ping": c.HTTP.PingInterval,
 	}
 	want := map[string]any{
 		"addr": "127.0.0.1:8765", "providers": []string{"local"}, "default": "local", "isolation": "bwrap",
@@ -78,8 +78,8 @@ func TestTimersNeverFireNow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.SessionTTL != time.Minute || c.RunIdleTimeout != 30*time.Minute || c.PoolMax != 8 || len(warnings) != 3 {
-		t.Errorf("ttl %v idle %v pool %d warnings %v", c.SessionTTL, c.RunIdleTimeout, c.PoolMax, warnings)
+	if c.Sessions.TTL != time.Minute || c.Limits.RunIdleTimeout != 30*time.Minute || c.Sessions.PoolMax != 8 || len(warnings) != 3 {
+		t.Errorf("ttl %v idle %v pool %d warnings %v", c.Sessions.TTL, c.Limits.RunIdleTimeout, c.Sessions.PoolMax, warnings)
 	}
 }
 
@@ -93,18 +93,18 @@ func TestZeroTimers(t *testing.T) {
 		get  func(config.Config) time.Duration
 		want time.Duration // at 0
 	}{
-		{"AGENTA_RUNNER_RUN_TOTAL_TIMEOUT_MS", func(c config.Config) time.Duration { return c.RunTotalTimeout }, 0},
-		{"AGENTA_RUNNER_RUN_IDLE_TIMEOUT_MS", func(c config.Config) time.Duration { return c.RunIdleTimeout }, 0},
-		{"AGENTA_RUNNER_RUN_TTFB_TIMEOUT_MS", func(c config.Config) time.Duration { return c.RunTTFBTimeout }, 0},
+		{"AGENTA_RUNNER_RUN_TOTAL_TIMEOUT_MS", func(c config.Config) time.Duration { return c.Limits.RunTotalTimeout }, 0},
+		{"AGENTA_RUNNER_RUN_IDLE_TIMEOUT_MS", func(c config.Config) time.Duration { return c.Limits.RunIdleTimeout }, 0},
+		{"AGENTA_RUNNER_RUN_TTFB_TIMEOUT_MS", func(c config.Config) time.Duration { return c.Limits.RunTTFBTimeout }, 0},
 		{"AGENTA_RUNNER_DAYTONA_SESSION_IDLE_TTL_MS", func(c config.Config) time.Duration { return c.Daytona.IdleTTL }, 0},
 		{"AGENTA_RUNNER_DAYTONA_REAP_INTERVAL_MS", func(c config.Config) time.Duration { return c.Daytona.ReapInterval }, 0},
-		{"AGENTA_RUNNER_WORKSPACE_CHECKPOINT_MS", func(c config.Config) time.Duration { return c.CheckpointEvery }, 30 * time.Second},
-		{"AGENTA_RUNNER_SESSION_TTL_MS", func(c config.Config) time.Duration { return c.SessionTTL }, time.Minute},
-		{"AGENTA_RUNNER_SESSION_APPROVAL_TTL_MS", func(c config.Config) time.Duration { return c.ApprovalTTL }, 10 * time.Minute},
-		{"AGENTA_RUNNER_TOOL_CALL_TIMEOUT_MS", func(c config.Config) time.Duration { return c.ToolCallTimeout }, 30 * time.Minute},
-		{"AGENTA_AGENT_TOOLS_TIMEOUT", func(c config.Config) time.Duration { return c.ToolsTimeout }, 30 * time.Second},
-		{"AGENTA_RUNNER_SHUTDOWN_TIMEOUT_MS", func(c config.Config) time.Duration { return c.ShutdownTimeout }, 10 * time.Second},
-		{"AGENTA_RUNNER_STREAM_PING_MS", func(c config.Config) time.Duration { return c.PingInterval }, 15 * time.Second},
+		{"AGENTA_RUNNER_WORKSPACE_CHECKPOINT_MS", func(c config.Config) time.Duration { return c.Workspace.CheckpointEvery }, 30 * time.Second},
+		{"AGENTA_RUNNER_SESSION_TTL_MS", func(c config.Config) time.Duration { return c.Sessions.TTL }, time.Minute},
+		{"AGENTA_RUNNER_SESSION_APPROVAL_TTL_MS", func(c config.Config) time.Duration { return c.Sessions.ApprovalTTL }, 10 * time.Minute},
+		{"AGENTA_RUNNER_TOOL_CALL_TIMEOUT_MS", func(c config.Config) time.Duration { return c.Limits.ToolCallTimeout }, 30 * time.Minute},
+		{"AGENTA_AGENT_TOOLS_TIMEOUT", func(c config.Config) time.Duration { return c.Tools.Timeout }, 30 * time.Second},
+		{"AGENTA_RUNNER_SHUTDOWN_TIMEOUT_MS", func(c config.Config) time.Duration { return c.HTTP.ShutdownTimeout }, 10 * time.Second},
+		{"AGENTA_RUNNER_STREAM_PING_MS", func(c config.Config) time.Duration { return c.HTTP.PingInterval }, 15 * time.Second},
 		{"AGENTA_RUNNER_PLATFORM_HEARTBEAT_MS", func(c config.Config) time.Duration { return c.Platform.HeartbeatInterval }, 30 * time.Second},
 		{"AGENTA_RUNNER_PLATFORM_REFRESH_MS", func(c config.Config) time.Duration { return c.Platform.RefreshInterval }, 5 * time.Minute},
 	} {

@@ -9,8 +9,8 @@ import (
 
 func TestMetricsAddr(t *testing.T) {
 	c, _, err := config.Load([]string{"AGENTA_RUNNER_METRICS_ADDR=:9464"})
-	if err != nil || c.MetricsAddr != ":9464" {
-		t.Fatalf("%q %v", c.MetricsAddr, err)
+	if err != nil || c.HTTP.MetricsAddr != ":9464" {
+		t.Fatalf("%q %v", c.HTTP.MetricsAddr, err)
 	}
 	for _, bad := range []string{"9464", "host:port", "0.0.0.0:99999"} {
 		_, _, err := config.Load([]string{"AGENTA_RUNNER_METRICS_ADDR=" + bad})

@@ -12,6 +12,7 @@ import (
 // loader reads variables and collects problems instead of stopping at the
 // first one.
 type loader struct {
+	environ  []string
 	env      map[string]string
 	set      map[string]bool
 	errs     []error
@@ -19,7 +20,7 @@ type loader struct {
 }
 
 func newLoader(environ []string) *loader {
-	l := &loader{env: map[string]string{}, set: map[string]bool{}}
+	l := &loader{environ: environ, env: map[string]string{}, set: map[string]bool{}}
 	for _, kv := range environ {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {
@@ -100,15 +101,6 @@ func (l *loader) paths(k string) []string {
 	return out
 }
 
-func (l *loader) firstInt(def int, keys ...string) int {
-	for _, k := range keys {
-		if _, ok := l.env[k]; ok {
-			return l.strictInt(k, def, 1, 1<<30)
-		}
-	}
-	return def
-}
-
 // lenientInt falls back to the default with a warning (pool sizes).
 func (l *loader) lenientInt(k string, def int) int {
 	v, ok := l.env[k]
@@ -178,14 +170,21 @@ func (l *loader) boolean(k string, def bool) bool {
 	if !ok {
 		return def
 	}
-	switch strings.ToLower(v) {
-	case "1", "true", "yes", "on":
-		return true
-	case "0", "false", "no", "off":
-		return false
+	if b, ok := parseBool(v); ok {
+		return b
 	}
 	l.warn(fmt.Sprintf("%s=%q is not a boolean (on/off); using %v", k, v, def))
 	return def
+}
+
+func parseBool(v string) (value, ok bool) {
+	switch strings.ToLower(v) {
+	case "1", "true", "yes", "on":
+		return true, true
+	case "0", "false", "no", "off":
+		return false, true
+	}
+	return false, false
 }
 
 func (l *loader) list(k string) []string {

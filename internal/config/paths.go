@@ -21,14 +21,14 @@ func (c Config) RunnerPaths() []string {
 	if dir := c.StoreDir(); dir != "" {
 		paths = append(paths, dir)
 	}
-	return append(paths, c.LocalHide...)
+	return append(paths, c.Local.Hide...)
 }
 
 // StoreDir is the directory of a directory workspace store
 // (AGENTA_RUNNER_STORE_URL unset, an absolute path or file:///dir); empty
 // for off or S3.
 func (c Config) StoreDir() string {
-	raw := strings.TrimSpace(c.StoreURL)
+	raw := strings.TrimSpace(c.Workspace.StoreURL)
 	switch {
 	case raw == "":
 		return filepath.Join(c.DataDir, "workspaces")

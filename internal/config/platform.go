@@ -20,25 +20,20 @@ type Platform struct {
 	QueueMax          int
 }
 
-func loadPlatform(l *loader) Platform {
-	p := Platform{
-		On:                l.boolean("AGENTA_RUNNER_PLATFORM", true),
-		HeartbeatInterval: l.ms("AGENTA_RUNNER_PLATFORM_HEARTBEAT_MS", 30_000),
-		RefreshInterval:   l.ms("AGENTA_RUNNER_PLATFORM_REFRESH_MS", 300_000),
-		QueueMax:          l.lenientInt("AGENTA_RUNNER_PLATFORM_QUEUE_MAX", 10_000),
-	}
-	// Compose renders unset variables as empty: empty counts as unset.
-	for _, k := range []string{"AGENTA_API_INTERNAL_URL", "AGENTA_API_URL"} {
+// loadPlatformBase reads the Agenta API's base URL: the first of its
+// names set to an http(s) URL.
+func loadPlatformBase(l *loader, s *Setting, c *Config) {
+	for _, k := range s.names() {
+		// Compose renders unset variables as empty: empty counts as unset.
 		v := strings.TrimSpace(l.get(k))
 		if v == "" {
 			continue
 		}
 		if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			l.fail(fmt.Sprintf("%s=%q is not an http(s) URL of the Agenta API (e.g. http://api:8000)", k, v))
-			break
+			return
 		}
-		p.Base = strings.TrimRight(v, "/")
-		break
+		c.Platform.Base = strings.TrimRight(v, "/")
+		return
 	}
-	return p
 }

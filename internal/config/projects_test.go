@@ -26,13 +26,13 @@ func TestProjectTokens(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if d := cmp.Diff(want, c.ProjectTokens); d != "" {
+		if d := cmp.Diff(want, c.HTTP.ProjectTokens); d != "" {
 			t.Errorf("%s: (-want +got)\n%s", name, d)
 		}
 	}
 	c, _, err := config.Load([]string{"AGENTA_RUNNER_TOKEN=" + mainToken})
-	if err != nil || c.ProjectTokens != nil {
-		t.Fatalf("unset: %v %v", c.ProjectTokens, err)
+	if err != nil || c.HTTP.ProjectTokens != nil {
+		t.Fatalf("unset: %v %v", c.HTTP.ProjectTokens, err)
 	}
 }
 
