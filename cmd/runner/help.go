@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+
+	"github.com/agentrunner/runner/internal/config"
 )
 
 // wantsHelp reports whether args ask for help (-h, -help or --help before
@@ -40,7 +42,8 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) (code int, ok
 // flaglessHelp answers --help for the subcommands that take no flags.
 var flaglessHelp = map[string]string{
 	"serve": "usage: runner serve\n\nRuns the HTTP service. It takes no flags: it is configured with\n" +
-		"environment variables (AGENTA_RUNNER_TOKEN is required; see docs/configuration.md).\n",
+		"environment variables (AGENTA_RUNNER_TOKEN is required; see docs/configuration.md),\n" +
+		"by component:\n",
 	"version":              "usage: runner version\n\nPrints the version.\n",
 	"channel-forward":      "usage: runner channel-forward LISTEN NAME\n\n(inside a remote sandbox) splices LISTEN to the runner's channel NAME.\n",
 	"sandbox-proxy-bridge": "usage: runner sandbox-proxy-bridge SOCKET LISTEN [--forward HOST:PORT]… -- COMMAND [ARG…]\n\n(inside a local sandbox) bridges the harness's proxy port to the runner's proxy socket.\n",
@@ -50,6 +53,9 @@ func printFlaglessHelp(name string, stdout io.Writer) bool {
 	h, ok := flaglessHelp[name]
 	if ok {
 		fmt.Fprint(stdout, h)
+	}
+	if name == "serve" {
+		config.WriteHelp(stdout)
 	}
 	return ok
 }

@@ -14,7 +14,7 @@ func TestHelpExitsZeroOnEverySubcommand(t *testing.T) {
 		args  []string
 		flags []string // flags the help must list
 	}{
-		{[]string{"serve"}, nil},
+		{[]string{"serve"}, []string{"AGENTA_RUNNER_TOKEN", "AGENTA_RUNNER_LOCAL_ISOLATION", "DAYTONA_API_KEY", "default: 8765"}},
 		{[]string{"run"}, []string{"-harness", "-prompt", "-stream", "Exit status", "130"}},
 		{[]string{"health"}, []string{"-url", "-o"}},
 		{[]string{"sessions"}, []string{"-url", "sessions tail", "sessions [flags] ID"}},

@@ -1,0 +1,84 @@
+package config_test
+
+import (
+	"flag"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/agentrunner/runner/internal/config"
+	"github.com/google/go-cmp/cmp"
+)
+
+var update = flag.Bool("update", false, "rewrite the generated tables in docs/configuration.md and README.md")
+
+const (
+	beginMark = "<!-- generated from internal/config/settings.go by `go generate ./internal/config`; do not edit -->\n"
+	endMark   = "<!-- end of generated table -->\n"
+)
+
+// TestGeneratedDocs: the settings tables of docs/configuration.md and the
+// README are the settings table's, byte for byte; -update (or go generate)
+// rewrites them.
+func TestGeneratedDocs(t *testing.T) {
+	for file, want := range map[string]string{
+		"../../docs/configuration.md": config.Reference(),
+		"../../README.md":             config.MainTable(),
+	} {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(data)
+		i, j := strings.Index(text, beginMark), strings.Index(text, endMark)
+		if i < 0 || j < i {
+			t.Fatalf("%s has no generated table between %q and %q", file, beginMark, endMark)
+		}
+		got := text[i+len(beginMark) : j]
+		if got == want {
+			continue
+		}
+		if *update {
+			if err := os.WriteFile(file, []byte(text[:i+len(beginMark)]+want+text[j:]), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		t.Errorf("%s differs from the settings table; run `go generate ./internal/config` (-file +table):\n%s", file, cmp.Diff(got, want))
+	}
+}
+
+// TestSettingsTable: every setting is documented once, and every literal
+// default parses: Load with nothing set reports no problem at all.
+func TestSettingsTable(t *testing.T) {
+	seen := map[string]bool{}
+	for _, s := range config.Settings() {
+		for _, n := range append([]string{s.Name}, s.Aliases...) {
+			if seen[n] {
+				t.Errorf("%s is in the table twice", n)
+			}
+			seen[n] = true
+		}
+		if s.Doc == "" || s.Component == "" || s.Type == "" {
+			t.Errorf("%s lacks its doc, component or type", s.Name)
+		}
+		if !slices.Contains(config.Components, s.Component) {
+			t.Errorf("%s: component %q is not in Components", s.Name, s.Component)
+		}
+	}
+	if _, warnings, err := config.Load(nil); err != nil || len(warnings) > 0 {
+		t.Errorf("defaults: err %v warnings %v", err, warnings)
+	}
+}
+
+// TestHelpNamesEverySetting: `runner serve --help` is the table too.
+func TestHelpNamesEverySetting(t *testing.T) {
+	var b strings.Builder
+	config.WriteHelp(&b)
+	for _, s := range config.Settings() {
+		if !strings.Contains(b.String(), "  "+s.Name) {
+			t.Errorf("help lacks %s", s.Name)
+		}
+	}
+}
