@@ -2,7 +2,10 @@ package config_test
 
 import (
 	"flag"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -79,6 +82,43 @@ func TestHelpNamesEverySetting(t *testing.T) {
 	for _, s := range config.Settings() {
 		if !strings.Contains(b.String(), "  "+s.Name) {
 			t.Errorf("help lacks %s", s.Name)
+		}
+	}
+}
+
+// TestEveryVariableIsInTheTable: a variable the code names is a setting
+// in the table (so it is loaded and documented in one place), unless it is
+// a test suite's gate, a benchmark's knob or a harness name.
+func TestEveryVariableIsInTheTable(t *testing.T) {
+	have := map[string]bool{}
+	for _, s := range config.Settings() {
+		have[s.Name] = true
+		for _, a := range s.Aliases {
+			have[a] = true
+		}
+	}
+	literal := regexp.MustCompile(`"((?:AGENTA_RUNNER|AGENTA_AGENT|AGENTA_API|DAYTONA|RUNNER|SANDBOX_AGENT)_[A-Z0-9_]+)`)
+	for _, dir := range []string{"../../cmd", "../../internal"} {
+		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			for _, m := range literal.FindAllStringSubmatch(string(data), -1) {
+				name := m[1]
+				switch {
+				case have[name], strings.HasPrefix(name, "RUNNER_TEST_"), strings.HasPrefix(name, "RUNNER_BENCH_"), strings.HasPrefix(name, "AGENTA_RUNNER_HARNESS_"):
+				default:
+					t.Errorf("%s names %s, which is not in the settings table (internal/config/settings.go)", path, name)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
 	}
 }
