@@ -2,7 +2,7 @@
 GO ?= go
 SHELL := /bin/bash
 
-.PHONY: build test vet bench fuzz
+.PHONY: build test vet bench fuzz generate
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/runner ./cmd/runner
@@ -21,3 +21,8 @@ bench:
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 30s ./internal/wire/
+
+# Rewrites what is generated from code: the settings tables of
+# docs/configuration.md and the README (internal/config).
+generate:
+	$(GO) generate ./...
