@@ -16,8 +16,9 @@ import (
 	"github.com/agentrunner/runner/internal/errdefs"
 )
 
-// tailSize is how much of an entry's stderr is kept for StderrTail.
-const tailSize = 8 << 10
+// TailSize is how much of an entry's stderr the daemon keeps, and the
+// client of its output, for StderrTail.
+const TailSize = 8 << 10
 
 // entry is one stream the daemon relays: a process or a dialed connection.
 type entry struct {
@@ -44,7 +45,7 @@ func (e *entry) addTail(p []byte) {
 	e.tailMu.Lock()
 	defer e.tailMu.Unlock()
 	e.tail = append(e.tail, p...)
-	if n := len(e.tail) - tailSize; n > 0 {
+	if n := len(e.tail) - TailSize; n > 0 {
 		e.tail = append([]byte(nil), e.tail[n:]...)
 	}
 }

@@ -2,7 +2,9 @@ package sandboxd
 
 import (
 	"bufio"
+	"crypto/rand"
 	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,6 +48,10 @@ import (
 // server-side timeout: a prompt may hold a stream open for hours, and the
 // event stream sends a heartbeat line every Heartbeat so proxies that
 // close idle connections keep it open.
+
+// DefaultHeartbeat is how often the daemon writes a keep-alive line on
+// an idle stream.
+const DefaultHeartbeat = time.Second
 
 // VersionHeader is set on every answer of the daemon.
 const VersionHeader = "Sandboxd-Version"
@@ -576,4 +582,13 @@ func writeError(w http.ResponseWriter, err error) {
 		status = http.StatusGone
 	}
 	writeJSON(w, status, map[string]string{"error": err.Error()})
+}
+
+// NewID returns a random id: the ids a client picks (a start's, so that
+// a retried start is not run twice; an accept's claim) and the daemon's
+// watch ids, which a caller must not guess.
+func NewID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

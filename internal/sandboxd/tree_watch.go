@@ -23,9 +23,10 @@ type TreeWatchResponse struct {
 	ID string `json:"id"`
 }
 
-// maxTreeWatches bounds the watches one daemon keeps: a runner watches a
-// few roots per sandbox and closes them, so more means watches leaked.
-const maxTreeWatches = 64
+// MaxTreeWatches bounds the watches one daemon keeps (past it a watch is
+// refused with 409): a runner watches a few roots per sandbox and closes
+// them, so more means watches leaked.
+const MaxTreeWatches = 64
 
 // treeWatches are the daemon's watches, on one inotify instance. They
 // live in the daemon's memory only: a daemon that replaced another knows
@@ -54,8 +55,8 @@ func (t *treeWatches) add(root string, opt filetree.ScanOptions) (string, error)
 	if t.closed {
 		return "", errGone
 	}
-	if len(t.m) >= maxTreeWatches {
-		return "", errdefs.With(errdefs.ErrConflict, fmt.Errorf("the daemon already follows %d trees: close one (DELETE /v1/tree/watch/{id})", maxTreeWatches))
+	if len(t.m) >= MaxTreeWatches {
+		return "", errdefs.With(errdefs.ErrConflict, fmt.Errorf("the daemon already follows %d trees: close one (DELETE /v1/tree/watch/{id})", MaxTreeWatches))
 	}
 	w, err := t.n.Watch(root, opt)
 	if err != nil {
@@ -67,7 +68,7 @@ func (t *treeWatches) add(root string, opt filetree.ScanOptions) (string, error)
 	if t.m == nil {
 		t.m = map[string]*treeWatch{}
 	}
-	id := randomID()
+	id := NewID()
 	t.m[id] = &treeWatch{root: root, w: w}
 	return id, nil
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandbox/daytona"
 	"github.com/agentrunner/runner/internal/sandbox/daytona/daytonatest"
-	"github.com/agentrunner/runner/internal/sandboxd"
+	"github.com/agentrunner/runner/internal/sandboxd/client"
 	"github.com/agentrunner/runner/internal/workspace"
 	"github.com/agentrunner/runner/internal/workspace/fs"
 )
@@ -226,8 +226,8 @@ func TestCheckpointThroughWatch(t *testing.T) {
 		s.do()
 		st := same(s.name)
 		switch {
-		case s.name == "daemon restart" && st.Full != sandboxd.TreeWatchRenewed:
-			t.Errorf("%s: Full %q, want %q", s.name, st.Full, sandboxd.TreeWatchRenewed)
+		case s.name == "daemon restart" && st.Full != client.TreeWatchRenewed:
+			t.Errorf("%s: Full %q, want %q", s.name, st.Full, client.TreeWatchRenewed)
 		case s.name != "daemon restart" && st.Full != "":
 			t.Errorf("%s: Full %q, want a watched scan", s.name, st.Full)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandboxd"
+	"github.com/agentrunner/runner/internal/sandboxd/client"
 )
 
 // Sandbox is a Daytona sandbox with a running daemon.
@@ -23,7 +24,7 @@ type Sandbox struct {
 	id     string
 	info   sandbox.Info
 	socket string // where processes Dial channels
-	daemon *sandboxd.Client
+	daemon *client.Client
 	log    *slog.Logger
 
 	// mu guards gone.
@@ -57,8 +58,8 @@ func (p *Provider) attach(ctx context.Context, sb *apiSandbox, fresh bool, log *
 	if err != nil {
 		return nil, stateErr(err, id, sb.State)
 	}
-	newClient := func(attempts int) *sandboxd.Client {
-		return sandboxd.NewClient(sandboxd.ClientConfig{
+	newClient := func(attempts int) *client.Client {
+		return client.New(client.Config{
 			BaseURL: base, Token: p.token(id), HTTPClient: p.daemon, Attempts: attempts,
 			Refresh: func(ctx context.Context) (string, error) {
 				return p.api.previewURL(ctx, id, p.cfg.DaemonPort, p.cfg.PreviewExpiry)

@@ -1,4 +1,4 @@
-package sandboxd
+package client
 
 import (
 	"context"
@@ -10,13 +10,14 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/agentrunner/runner/internal/filetree"
+	"github.com/agentrunner/runner/internal/sandboxd"
 )
 
 // TestTreeRoundTrip moves a tree out of one root and into another through
 // the daemon's bulk API, in several import batches.
 func TestTreeRoundTrip(t *testing.T) {
-	_, hs := newTestServer(t, Config{Token: "tok"})
-	c := NewClient(ClientConfig{BaseURL: hs.URL, Token: "tok"})
+	_, hs := newTestServer(t, sandboxd.Config{Token: "tok"})
+	c := New(Config{BaseURL: hs.URL, Token: "tok"})
 	ctx := context.Background()
 	src := t.TempDir()
 	big := make([]byte, importBatch+1)

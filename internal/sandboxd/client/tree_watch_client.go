@@ -1,4 +1,4 @@
-package sandboxd
+package client
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/filetree"
+	"github.com/agentrunner/runner/internal/sandboxd"
 )
 
 // Reasons a WatchedTree's scan read or sent the whole tree, in
@@ -87,7 +88,7 @@ func (w *WatchedTree) Scan(ctx context.Context, opt filetree.ScanOptions) (filet
 			}
 			w.id, w.gen, w.last = id, 0, nil
 		}
-		req := TreeScanRequest{Root: w.root, Options: opt, Watch: w.id, Generation: w.gen}
+		req := sandboxd.TreeScanRequest{Root: w.root, Options: opt, Watch: w.id, Generation: w.gen}
 		if w.gen > 0 {
 			req.Options.Known, req.Options.TrustBefore = nil, 0 // the daemon has its own
 		}
@@ -165,7 +166,7 @@ func isNoRoute(err error) bool {
 }
 
 func (c *Client) treeWatch(ctx context.Context, root string, opt filetree.ScanOptions) (string, error) {
-	body, err := json.Marshal(TreeWatchRequest{Root: root, Options: opt})
+	body, err := json.Marshal(sandboxd.TreeWatchRequest{Root: root, Options: opt})
 	if err != nil {
 		return "", err
 	}
@@ -174,7 +175,7 @@ func (c *Client) treeWatch(ctx context.Context, root string, opt filetree.ScanOp
 		return "", err
 	}
 	defer resp.Body.Close()
-	var v TreeWatchResponse
+	var v sandboxd.TreeWatchResponse
 	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
 		return "", fmt.Errorf("sandboxd tree watch: decode: %w", err)
 	}

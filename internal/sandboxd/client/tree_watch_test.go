@@ -1,4 +1,4 @@
-package sandboxd
+package client
 
 import (
 	"bytes"
@@ -20,6 +20,7 @@ import (
 
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/filetree"
+	"github.com/agentrunner/runner/internal/sandboxd"
 )
 
 // swappableDaemon serves whichever daemon is current, as a sandbox's
@@ -51,9 +52,9 @@ func (c *countingWriter) Write(b []byte) (int, error) {
 	return c.ResponseWriter.Write(b)
 }
 
-func newDaemon(t *testing.T) *Server {
+func newDaemon(t *testing.T) *sandboxd.Server {
 	t.Helper()
-	srv, err := NewServer(Config{Token: testToken, Workdir: t.TempDir()})
+	srv, err := sandboxd.NewServer(sandboxd.Config{Token: testToken, Workdir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,12 +184,12 @@ func TestTreeWatchMatchesFullScan(t *testing.T) {
 func oldDaemon(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/v1/tree/watch") {
-			w.Header().Set(VersionHeader, "old")
+			w.Header().Set(sandboxd.VersionHeader, "old")
 			http.NotFound(w, r)
 			return
 		}
 		if r.URL.Path == "/v1/tree/scan" {
-			var req TreeScanRequest
+			var req sandboxd.TreeScanRequest
 			if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 				http.Error(w, err.Error(), http.StatusBadRequest)
 				return
@@ -233,7 +234,7 @@ func TestTreeWatchOldDaemon(t *testing.T) {
 // TestTreeWatchRoutes: the routes' refusals, a stale generation, and
 // closing.
 func TestTreeWatchRoutes(t *testing.T) {
-	_, hs := newTestServer(t, Config{})
+	_, hs := newTestServer(t, sandboxd.Config{})
 	c := newTestClient(hs, nil)
 	ctx := context.Background()
 	root := t.TempDir()
@@ -245,7 +246,7 @@ func TestTreeWatchRoutes(t *testing.T) {
 	if _, err := c.treeWatch(ctx, root, filetree.ScanOptions{Include: []string{"f"}}); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Errorf("include: %v, want invalid", err)
 	}
-	_, err := c.treeScan(ctx, TreeScanRequest{Root: root, Watch: "nope", Generation: 3})
+	_, err := c.treeScan(ctx, sandboxd.TreeScanRequest{Root: root, Watch: "nope", Generation: 3})
 	if !isNoRoute(err) || !strings.Contains(err.Error(), "watch again") {
 		t.Errorf("unknown watch: %v, want the daemon's 404 saying to watch again", err)
 	}
@@ -254,34 +255,34 @@ func TestTreeWatchRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.treeScan(ctx, TreeScanRequest{Root: "/elsewhere", Watch: id}); !errors.Is(err, errdefs.ErrInvalid) {
+	if _, err := c.treeScan(ctx, sandboxd.TreeScanRequest{Root: "/elsewhere", Watch: id}); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Errorf("another root: %v, want invalid", err)
 	}
-	r1, err := c.treeScan(ctx, TreeScanRequest{Root: root, Watch: id})
+	r1, err := c.treeScan(ctx, sandboxd.TreeScanRequest{Root: root, Watch: id})
 	if err != nil || r1.Generation != 1 || r1.Base != 0 || len(r1.Entries) != 1 {
 		t.Fatalf("first scan: %+v, %v; want generation 1, whole", r1, err)
 	}
 	// The answer to generation 1 was lost: the runner asks again from 1
 	// after the daemon moved to 2, and gets the whole tree.
-	if _, err := c.treeScan(ctx, TreeScanRequest{Root: root, Watch: id, Generation: 1}); err != nil {
+	if _, err := c.treeScan(ctx, sandboxd.TreeScanRequest{Root: root, Watch: id, Generation: 1}); err != nil {
 		t.Fatal(err)
 	}
-	r3, err := c.treeScan(ctx, TreeScanRequest{Root: root, Watch: id, Generation: 1})
+	r3, err := c.treeScan(ctx, sandboxd.TreeScanRequest{Root: root, Watch: id, Generation: 1})
 	if err != nil || r3.Generation != 3 || r3.Base != 0 || len(r3.Entries) != 1 {
 		t.Fatalf("stale generation: %+v, %v; want generation 3, whole", r3, err)
 	}
-	r4, err := c.treeScan(ctx, TreeScanRequest{Root: root, Watch: id, Generation: 3})
+	r4, err := c.treeScan(ctx, sandboxd.TreeScanRequest{Root: root, Watch: id, Generation: 3})
 	if err != nil || r4.Base != 3 || len(r4.Entries) != 0 || len(r4.Removed) != 0 {
 		t.Fatalf("unchanged: %+v, %v; want an empty delta on 3", r4, err)
 	}
 
-	for range maxTreeWatches - 1 {
+	for range sandboxd.MaxTreeWatches - 1 {
 		if _, err := c.treeWatch(ctx, root, filetree.ScanOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if _, err := c.treeWatch(ctx, root, filetree.ScanOptions{}); !errors.Is(err, errdefs.ErrConflict) {
-		t.Errorf("watch %d: %v, want conflict", maxTreeWatches+1, err)
+		t.Errorf("watch %d: %v, want conflict", sandboxd.MaxTreeWatches+1, err)
 	}
 	// Refused a watch, a WatchedTree still answers, in full.
 	w, _ := c.WatchTree(root, filetree.ScanOptions{})
@@ -296,7 +297,7 @@ func TestTreeWatchRoutes(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
-	if _, err := c.treeScan(ctx, TreeScanRequest{Root: root, Watch: id, Generation: 4}); !isNoRoute(err) {
+	if _, err := c.treeScan(ctx, sandboxd.TreeScanRequest{Root: root, Watch: id, Generation: 4}); !isNoRoute(err) {
 		t.Errorf("closed watch: %v, want 404", err)
 	}
 	if err := w.Close(); err != nil {

@@ -1,4 +1,4 @@
-package sandboxd
+package client
 
 import (
 	"context"
@@ -28,7 +28,7 @@ func TestClientStopsRetryingAGoneSandbox(t *testing.T) {
 		asked.Add(1)
 		return fmt.Errorf("daytona sandbox sb-1 was deleted: %w", sandbox.ErrGone)
 	}
-	c := NewClient(ClientConfig{BaseURL: proxy.URL, Token: testToken, Sleep: noSleep, Attempts: 30, Gone: gone})
+	c := New(Config{BaseURL: proxy.URL, Token: testToken, Sleep: noSleep, Attempts: 30, Gone: gone})
 	_, err := c.Health(t.Context())
 	if !errors.Is(err, sandbox.ErrGone) || hits.Load() != 1 || asked.Load() != 1 {
 		t.Fatalf("Health of a gone sandbox: %v after %d requests, %d checks; want ErrGone after 1 request", err, hits.Load(), asked.Load())
@@ -40,7 +40,7 @@ func TestClientStopsRetryingAGoneSandbox(t *testing.T) {
 
 	// A sandbox that still exists: the check says so and retrying goes on.
 	hits.Store(0)
-	alive := NewClient(ClientConfig{BaseURL: proxy.URL, Token: testToken, Sleep: noSleep, Attempts: 5,
+	alive := New(Config{BaseURL: proxy.URL, Token: testToken, Sleep: noSleep, Attempts: 5,
 		Gone: func(context.Context) error { return nil }})
 	if _, err := alive.Health(t.Context()); errors.Is(err, sandbox.ErrGone) || hits.Load() != 5 {
 		t.Errorf("live sandbox: %v after %d requests, want 5 attempts", err, hits.Load())

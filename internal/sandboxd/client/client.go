@@ -1,10 +1,8 @@
-package sandboxd
+package client
 
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,10 +16,11 @@ import (
 
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/sandbox"
+	"github.com/agentrunner/runner/internal/sandboxd"
 )
 
-// ClientConfig configures a Client.
-type ClientConfig struct {
+// Config configures a Client.
+type Config struct {
 	// BaseURL is where the daemon's API is reached, e.g. a provider's
 	// preview URL; no trailing slash needed.
 	BaseURL string
@@ -53,7 +52,7 @@ type ClientConfig struct {
 
 // Client talks to one daemon. It is safe for concurrent use.
 type Client struct {
-	cfg ClientConfig
+	cfg Config
 
 	// mu guards the following.
 	mu      sync.Mutex
@@ -97,8 +96,8 @@ func (c *Client) gone(ctx context.Context) error {
 	return err
 }
 
-// NewClient returns a client for the daemon described by cfg.
-func NewClient(cfg ClientConfig) *Client {
+// New returns a client for the daemon described by cfg.
+func New(cfg Config) *Client {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{}
 	}
@@ -125,12 +124,6 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-func randomID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 // StatusError is a refusal by the daemon (or, with FromProxy, by a proxy
@@ -217,7 +210,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		}
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 		resp.Body.Close()
-		se := &StatusError{Status: resp.StatusCode, Message: errorMessage(msg), FromProxy: resp.Header.Get(VersionHeader) == ""}
+		se := &StatusError{Status: resp.StatusCode, Message: errorMessage(msg), FromProxy: resp.Header.Get(sandboxd.VersionHeader) == ""}
 		last = fmt.Errorf("%s %s: %w", method, path, classify(se))
 		switch {
 		case se.FromProxy && !refreshed && c.cfg.Refresh != nil &&
@@ -276,8 +269,8 @@ func (c *Client) getJSON(ctx context.Context, path string, query url.Values, v a
 }
 
 // Health returns the daemon's health.
-func (c *Client) Health(ctx context.Context) (Health, error) {
-	var h Health
+func (c *Client) Health(ctx context.Context) (sandboxd.Health, error) {
+	var h sandboxd.Health
 	err := c.getJSON(ctx, "/v1/health", nil, &h)
 	return h, err
 }
@@ -312,9 +305,9 @@ func (c *Client) WriteFile(ctx context.Context, root, rel string, data []byte, m
 // Start starts a process. Cancelling ctx kills it (also after Start
 // returned, like exec.CommandContext); waitDelay bounds how long Wait
 // waits for the reader of Stdout after the process exited (0: 5s).
-func (c *Client) Start(ctx context.Context, req StartRequest, waitDelay time.Duration) (*Process, error) {
+func (c *Client) Start(ctx context.Context, req sandboxd.StartRequest, waitDelay time.Duration) (*Process, error) {
 	if req.ID == "" {
-		req.ID = randomID()
+		req.ID = sandboxd.NewID()
 	}
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -324,7 +317,7 @@ func (c *Client) Start(ctx context.Context, req StartRequest, waitDelay time.Dur
 	if err != nil {
 		return nil, err
 	}
-	var sr StartResponse
+	var sr sandboxd.StartResponse
 	err = json.NewDecoder(resp.Body).Decode(&sr)
 	resp.Body.Close()
 	if err != nil {
@@ -339,7 +332,7 @@ func (c *Client) Start(ctx context.Context, req StartRequest, waitDelay time.Dur
 // returns it as a Process whose Stdin writes to and whose Stdout reads from
 // that connection; Kill closes it. Cancelling ctx stops the wait only.
 func (c *Client) Accept(ctx context.Context, name string) (*Process, error) {
-	q := url.Values{"name": {name}, "claim": {randomID()}}
+	q := url.Values{"name": {name}, "claim": {sandboxd.NewID()}}
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			if err := c.cfg.Sleep(ctx, backoff(attempt)); err != nil {

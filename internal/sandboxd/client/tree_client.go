@@ -1,4 +1,4 @@
-package sandboxd
+package client
 
 import (
 	"archive/tar"
@@ -12,6 +12,7 @@ import (
 	"net/url"
 
 	"github.com/agentrunner/runner/internal/filetree"
+	"github.com/agentrunner/runner/internal/sandboxd"
 )
 
 // importBatch is the size of one import request: large enough to amortise
@@ -21,32 +22,32 @@ const importBatch = 16 << 20
 
 // TreeScan lists root in the sandbox, hashing files there.
 func (c *Client) TreeScan(ctx context.Context, root string, opt filetree.ScanOptions) (filetree.Result, error) {
-	resp, err := c.treeScan(ctx, TreeScanRequest{Root: root, Options: opt})
+	resp, err := c.treeScan(ctx, sandboxd.TreeScanRequest{Root: root, Options: opt})
 	return resp.Result, err
 }
 
 // treeScan is one POST /v1/tree/scan; a plain scan's answer is a
 // TreeScanResponse with only its Result set.
-func (c *Client) treeScan(ctx context.Context, req TreeScanRequest) (TreeScanResponse, error) {
+func (c *Client) treeScan(ctx context.Context, req sandboxd.TreeScanRequest) (sandboxd.TreeScanResponse, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
-		return TreeScanResponse{}, err
+		return sandboxd.TreeScanResponse{}, err
 	}
 	resp, err := c.do(ctx, http.MethodPost, "/v1/tree/scan", nil, body)
 	if err != nil {
-		return TreeScanResponse{}, err
+		return sandboxd.TreeScanResponse{}, err
 	}
 	defer resp.Body.Close()
-	var v TreeScanResponse
+	var v sandboxd.TreeScanResponse
 	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
-		return TreeScanResponse{}, fmt.Errorf("sandboxd tree scan: decode: %w", err)
+		return sandboxd.TreeScanResponse{}, fmt.Errorf("sandboxd tree scan: decode: %w", err)
 	}
 	return v, nil
 }
 
 // TreeExport streams the named entries of root as tar.
 func (c *Client) TreeExport(ctx context.Context, root string, paths []string) (io.ReadCloser, error) {
-	body, err := json.Marshal(TreeExportRequest{Root: root, Paths: paths})
+	body, err := json.Marshal(sandboxd.TreeExportRequest{Root: root, Paths: paths})
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package sandboxd
+package client
 
 import (
 	"context"
@@ -15,17 +15,14 @@ import (
 
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/sandbox"
+	"github.com/agentrunner/runner/internal/sandboxd"
 )
-
-// DefaultHeartbeat is how often the daemon writes a keep-alive line on
-// an idle stream.
-const DefaultHeartbeat = time.Second
 
 // idleLimit is how long a stream may stay silent (no event, no heartbeat)
 // before the reader assumes the connection is dead and reconnects: three
 // missed heartbeats. With the client's Gone check on the reconnect, a
 // sandbox that vanished under a stream is known within about 4 s.
-const idleLimit = 3 * DefaultHeartbeat
+const idleLimit = 3 * sandboxd.DefaultHeartbeat
 
 // Process is a process (or an accepted channel) in the daemon, seen from
 // the runner. It implements sandbox.Process.
@@ -121,9 +118,9 @@ func (p *Process) Wait() error {
 
 func (p *Process) wait() error {
 	defer p.stopWatch()
-	var wr WaitResponse
+	var wr sandboxd.WaitResponse
 	for !wr.Exited {
-		wr = WaitResponse{}
+		wr = sandboxd.WaitResponse{}
 		if err := p.poll(&wr); err != nil {
 			p.release()
 			return fmt.Errorf("wait %s: %w", p.id, err)
@@ -163,7 +160,7 @@ const waitPoll = 25 * time.Second
 
 // poll is one /wait long poll. It ends early, with the client's Gone
 // error, once the client learns the sandbox is gone.
-func (p *Process) poll(wr *WaitResponse) error {
+func (p *Process) poll(wr *sandboxd.WaitResponse) error {
 	ctx, cancel := context.WithTimeout(p.ctx, waitPoll+idleLimit)
 	defer cancel()
 	stop := context.AfterFunc(p.c.lost, cancel)
@@ -305,7 +302,7 @@ func (r *eventReader) next() {
 			return
 		}
 	}
-	var ev Event
+	var ev sandboxd.Event
 	if err := r.dec.Decode(&ev); err != nil {
 		// The connection dropped or went silent: reconnect from r.seq.
 		r.closeConn()
@@ -331,7 +328,7 @@ func (r *eventReader) next() {
 	case ev.Stream == "stderr":
 		r.mu.Lock()
 		r.tail = append(r.tail, ev.Data...)
-		if n := len(r.tail) - tailSize; n > 0 {
+		if n := len(r.tail) - sandboxd.TailSize; n > 0 {
 			r.tail = append([]byte(nil), r.tail[n:]...)
 		}
 		r.mu.Unlock()
