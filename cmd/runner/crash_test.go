@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/internal/runnertest"
 	"github.com/agentrunner/runner/internal/wire"
 )
 
@@ -54,11 +55,11 @@ func (w *prefixWriter) Write(b []byte) (int, error) {
 // runs cold with the full history.
 func TestKill9MidTurnThenRestart(t *testing.T) {
 	data := t.TempDir()
-	sock, base := testSocket(t)
+	sock, base := runnertest.Socket(t)
 	env := append(testEnv(t, "AGENTA_RUNNER_TOKEN="+testToken), "AGENTA_RUNNER_DATA_DIR="+data)
 
 	first := startServe(t, sock, env)
-	waitHealthy(t, base)
+	runnertest.WaitHealthy(t, base, nil, nil)
 	body := `{"harness":"fake","sessionId":"crash","projectId":"p","messages":[{"role":"user","content":"say remember the word ferret\npid\nsleep 1h"}]}`
 	resp := post(t, base+"/stream", body)
 	pid := readPid(t, resp.Body)
@@ -77,7 +78,7 @@ func TestKill9MidTurnThenRestart(t *testing.T) {
 	}
 
 	startServe(t, sock, env)
-	waitHealthy(t, base)
+	runnertest.WaitHealthy(t, base, nil, nil)
 	var sess struct {
 		Turns []struct {
 			Status string `json:"status"`

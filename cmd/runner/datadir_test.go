@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/internal/runnertest"
 	"github.com/agentrunner/runner/internal/wire"
 )
 
@@ -26,7 +27,7 @@ func serveOn(t *testing.T, env []string) string {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(withListener(context.Background(), ln))
-	var stderr syncBuffer
+	var stderr runnertest.SyncBuffer
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, []string{"serve"}, env, nil, io.Discard, &stderr) }()
 	t.Cleanup(func() {
@@ -41,7 +42,7 @@ func serveOn(t *testing.T, env []string) string {
 		}
 	})
 	base := "http://" + ln.Addr().String()
-	waitHealthy(t, base)
+	runnertest.WaitHealthy(t, base, nil, nil)
 	return base
 }
 

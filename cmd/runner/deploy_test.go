@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/internal/runnertest"
 	"github.com/agentrunner/runner/internal/wire"
 )
 
@@ -49,11 +50,11 @@ func sample(exposition, series string) float64 {
 // counts the turns served: cold then warm, a tool call and an approval
 // decision, the first-event latency, the warm pool.
 func TestMetricsAfterTurns(t *testing.T) {
-	ln, base := testListener(t)
+	ln, base := runnertest.Listen(t)
 	env := testEnv(t, "AGENTA_RUNNER_TOKEN="+testToken)
 	stop := serveInTest(t, ln, env)
 	defer stop()
-	waitHealthy(t, base)
+	runnertest.WaitHealthy(t, base, nil, nil)
 
 	if code, _ := scrape(t, base+"/metrics", ""); code != http.StatusUnauthorized {
 		t.Fatalf("/metrics without the token: %d, want 401", code)
@@ -96,12 +97,12 @@ func TestMetricsAfterTurns(t *testing.T) {
 // TestMetricsOnTheirOwnAddress: AGENTA_RUNNER_METRICS_ADDR serves
 // /metrics there without the token, and not on the main port.
 func TestMetricsOnTheirOwnAddress(t *testing.T) {
-	ln, base := testListener(t)
-	mln, mbase := testListener(t)
+	ln, base := runnertest.Listen(t)
+	mln, mbase := runnertest.Listen(t)
 	env := testEnv(t, "AGENTA_RUNNER_TOKEN="+testToken, "AGENTA_RUNNER_METRICS_ADDR="+mln.Addr().String())
 	stop := serveInTest(t, ln, env, mln)
 	defer stop()
-	waitHealthy(t, base)
+	runnertest.WaitHealthy(t, base, nil, nil)
 	if code, text := scrape(t, mbase+"/metrics", ""); code != 200 || !strings.Contains(text, "agenta_runner_turns_in_flight 0") {
 		t.Fatalf("metrics address: %d %.300s", code, text)
 	}
@@ -114,11 +115,11 @@ func TestMetricsOnTheirOwnAddress(t *testing.T) {
 // turns with 503 naming the reason, lets the turn in flight finish (not
 // cancelled) and then exits.
 func TestGracefulDrain(t *testing.T) {
-	ln, base := testListener(t)
+	ln, base := runnertest.Listen(t)
 	env := testEnv(t, "AGENTA_RUNNER_TOKEN="+testToken, "AGENTA_RUNNER_SHUTDOWN_TIMEOUT_MS=20000")
 	stop := serveInTest(t, ln, env)
 	defer stop()
-	waitHealthy(t, base)
+	runnertest.WaitHealthy(t, base, nil, nil)
 	if resp, err := http.Get(base + "/ready"); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("/ready before shutdown: %v %v", resp, err)
 	}
@@ -195,7 +196,7 @@ func serveInTest(t *testing.T, ln net.Listener, env []string, metrics ...net.Lis
 	for _, m := range metrics {
 		ctx = withMetricsListener(ctx, m)
 	}
-	var stderr syncBuffer
+	var stderr runnertest.SyncBuffer
 	done := make(chan int, 1)
 	go func() { done <- run(withListener(ctx, ln), []string{"serve"}, env, nil, io.Discard, &stderr) }()
 	var once sync.Once

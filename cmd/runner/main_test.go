@@ -6,17 +6,16 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/agentrunner/runner/internal/agent/agenttest"
+	"github.com/agentrunner/runner/internal/runnertest"
 	"github.com/agentrunner/runner/internal/wire"
 )
 
@@ -37,34 +36,6 @@ func TestMain(m *testing.M) {
 }
 
 const testToken = "cmd-test-token-0123456789"
-
-// testListener opens the socket an in-process serve accepts on: pass it
-// with withListener (serve closes it), so no port is picked, freed and
-// raced for. base is its URL.
-func testListener(tb testing.TB) (ln net.Listener, base string) {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { ln.Close() }) // for a serve that never took it
-	return ln, "http://" + ln.Addr().String()
-}
-
-// testSocket is testListener for a serve process: the socket as a file
-// to pass as fd 3 with LISTEN_FDS=1 (socket activation); it stays open
-// in this process, so a restarted runner gets the same one.
-func testSocket(tb testing.TB) (f *os.File, base string) {
-	tb.Helper()
-	ln, base := testListener(tb)
-	f, err := ln.(*net.TCPListener).File()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ln.Close() // f holds the socket
-	tb.Cleanup(func() { f.Close() })
-	return f, base
-}
 
 func testEnv(t *testing.T, extra ...string) []string {
 	return append([]string{
@@ -94,14 +65,14 @@ func TestServeReportsEveryConfigProblem(t *testing.T) {
 }
 
 func TestServeTurnAndShutdown(t *testing.T) {
-	ln, base := testListener(t)
+	ln, base := runnertest.Listen(t)
 	// The turn sleeps past the drain: shutdown cancels it.
 	env := testEnv(t, "AGENTA_RUNNER_TOKEN="+testToken, "AGENTA_RUNNER_SHUTDOWN_TIMEOUT_MS=300")
 	ctx, cancel := context.WithCancel(t.Context())
-	var stderr syncBuffer
+	var stderr runnertest.SyncBuffer
 	done := make(chan int, 1)
 	go func() { done <- run(withListener(ctx, ln), []string{"serve"}, env, nil, io.Discard, &stderr) }()
-	waitHealthy(t, base)
+	runnertest.WaitHealthy(t, base, nil, nil)
 
 	var hout, herr bytes.Buffer
 	if code := run(t.Context(), []string{"health", "--url", base}, env, nil, &hout, &herr); code != 0 || !strings.Contains(hout.String(), `"fake"`) {
@@ -164,28 +135,6 @@ func TestServeTurnAndShutdown(t *testing.T) {
 	}
 }
 
-func waitHealthy(t *testing.T, base string) {
-	t.Helper()
-	// A minute, or what the test has left: a loaded machine starts slowly.
-	deadline := time.Now().Add(time.Minute)
-	if d, ok := t.Deadline(); ok && d.Before(deadline) {
-		deadline = d.Add(-5 * time.Second)
-	}
-	for {
-		resp, err := http.Get(base + "/health")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("runner never became healthy: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestRunCommand(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := run(t.Context(), []string{"run", "--harness", "fake", "--prompt", "say hi from cli"}, testEnv(t), nil, &out, &errb)
@@ -217,21 +166,4 @@ func TestVersion(t *testing.T) {
 	if code := run(t.Context(), []string{"version"}, nil, nil, &out, io.Discard); code != 0 || !strings.HasPrefix(out.String(), "runner ") {
 		t.Fatalf("%d %q", code, out.String())
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/jsonrpc"
+	"github.com/agentrunner/runner/internal/runnertest"
 )
 
 // The outside view: what a platform sees. `runner serve` runs as its own
@@ -50,7 +51,7 @@ func benchIsolation(b *testing.B) string {
 // until /health answers.
 func startBenchServe(b *testing.B, bin string, env ...string) *benchServe {
 	b.Helper()
-	sock, base := testSocket(b)
+	sock, base := runnertest.Socket(b)
 	dir := b.TempDir()
 	s := &benchServe{base: base, log: filepath.Join(dir, "serve.log")}
 	logf, err := os.Create(s.log)

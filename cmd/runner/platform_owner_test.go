@@ -3,11 +3,12 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"github.com/agentrunner/runner/internal/store/storetest"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/agentrunner/runner/internal/store/storetest"
 
 	"github.com/agentrunner/runner/internal/platform/platformtest"
 )

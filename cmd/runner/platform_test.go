@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/platform/platformtest"
+	"github.com/agentrunner/runner/internal/runnertest"
 	"github.com/agentrunner/runner/internal/wire"
 	"github.com/google/go-cmp/cmp"
 )
@@ -48,11 +49,11 @@ func startPlatformRunner(t *testing.T, extra ...string) *platformServe {
 // waits until it is healthy, or has exited (then with its stderr).
 func servePlatformRunner(t *testing.T, extra ...string) (*platformServe, string, bool) {
 	t.Helper()
-	ln, base := testListener(t)
+	ln, base := runnertest.Listen(t)
 	env := testEnv(t, append([]string{"AGENTA_RUNNER_TOKEN=" + testToken,
 		"AGENTA_RUNNER_PLATFORM_HEARTBEAT_MS=50"}, extra...)...)
 	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
-	var stderr syncBuffer
+	var stderr runnertest.SyncBuffer
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

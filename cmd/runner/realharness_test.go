@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/modeltest"
+	"github.com/agentrunner/runner/internal/runnertest"
 	"github.com/agentrunner/runner/internal/wire"
 )
 
@@ -240,12 +241,12 @@ type runningServe struct {
 	base   string
 	cancel context.CancelFunc
 	done   chan int
-	stderr *syncBuffer
+	stderr *runnertest.SyncBuffer
 }
 
 func startRealServe(t testing.TB, ctx context.Context, harnessDir, data string, extra ...string) *runningServe {
 	t.Helper()
-	ln, base := testListener(t)
+	ln, base := runnertest.Listen(t)
 	env := append([]string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + t.TempDir(),
@@ -256,7 +257,7 @@ func startRealServe(t testing.TB, ctx context.Context, harnessDir, data string, 
 		"AGENTA_RUNNER_TOKEN=" + testToken,
 	}, extra...)
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	rs := &runningServe{base: base, cancel: cancel, done: make(chan int, 1), stderr: &syncBuffer{}}
+	rs := &runningServe{base: base, cancel: cancel, done: make(chan int, 1), stderr: &runnertest.SyncBuffer{}}
 	go func() { rs.done <- run(withListener(sctx, ln), []string{"serve"}, env, nil, io.Discard, rs.stderr) }()
 	t.Cleanup(func() { rs.stop(t) })
 	waitReady(t, ctx, rs)

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/internal/runnertest"
 	"github.com/creack/pty"
 )
 
@@ -367,13 +368,13 @@ func dataDir(env []string) string {
 // returns its base URL and the environment that reaches it.
 func serveInProcess(t *testing.T) (string, []string) {
 	t.Helper()
-	ln, base := testListener(t)
+	ln, base := runnertest.Listen(t)
 	// The port names the listener to the CLI, which finds the service
 	// there; serve itself takes the listener.
 	env := testEnv(t, "AGENTA_RUNNER_TOKEN="+testToken, "AGENTA_RUNNER_PORT="+strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	var stderr syncBuffer
+	var stderr runnertest.SyncBuffer
 	go func() { done <- run(withListener(ctx, ln), []string{"serve"}, env, nil, io.Discard, &stderr) }()
 	t.Cleanup(func() {
 		cancel()
@@ -381,7 +382,7 @@ func serveInProcess(t *testing.T) (string, []string) {
 			t.Errorf("serve exited %d: %s", code, stderr.String())
 		}
 	})
-	waitHealthy(t, base)
+	runnertest.WaitHealthy(t, base, nil, nil)
 	return base, env
 }
 

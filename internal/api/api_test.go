@@ -6,10 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -18,16 +16,15 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/agent"
-	"github.com/agentrunner/runner/internal/agent/acp"
 	"github.com/agentrunner/runner/internal/agent/agenttest"
 	"github.com/agentrunner/runner/internal/api"
 	"github.com/agentrunner/runner/internal/leaktest"
 	"github.com/agentrunner/runner/internal/platform"
 	"github.com/agentrunner/runner/internal/platform/platformtest"
 	"github.com/agentrunner/runner/internal/runner"
+	"github.com/agentrunner/runner/internal/runnertest"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandbox/local"
-	"github.com/agentrunner/runner/internal/store/sqlite"
 	"github.com/agentrunner/runner/internal/wire"
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
@@ -69,17 +66,12 @@ func newEnvObserved(t testing.TB, isolation string, observers []platform.Observe
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "runner.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	svc, err := runner.New(runner.Config{
+	log := runnertest.Logger(t)
+	svc := runnertest.Service(t, runner.Config{
 		Version:         "test",
 		DefaultProvider: "local",
 		Harnesses: map[string]agent.Spec{
-			"fake":   {Command: agenttest.Command()},
+			"fake":   runnertest.Fake(),
 			"claude": agent.Builtin("claude", agenttest.Command()),
 			"ghost":  {Command: []string{"no-such-harness-binary"}},
 		},
@@ -88,10 +80,7 @@ func newEnvObserved(t testing.TB, isolation string, observers []platform.Observe
 		Observers: observers,
 		ReplicaID: testReplica,
 		Logger:    log,
-	}, []sandbox.Provider{p}, &acp.Driver{ClientVersion: "test", CancelGrace: 2 * time.Second}, st)
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, []sandbox.Provider{p}, runnertest.SQLite(t))
 	cfg := api.Config{Token: token, Version: "test", MaxBodyBytes: 1 << 20, Logger: log,
 		Health: func() map[string]any {
 			return map[string]any{"harnesses": svc.Harnesses(), "providers": svc.Providers()}
@@ -100,10 +89,7 @@ func newEnvObserved(t testing.TB, isolation string, observers []platform.Observe
 		o(&cfg)
 	}
 	srv := httptest.NewServer(api.New(cfg, svc))
-	t.Cleanup(func() {
-		srv.Close()
-		_ = svc.Shutdown(context.Background())
-	})
+	t.Cleanup(srv.Close) // before the service's shutdown (cleanups run last first)
 	return &env{srv: srv, svc: svc}
 }
 

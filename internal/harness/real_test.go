@@ -2,7 +2,6 @@ package harness_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/agentrunner/runner/internal/harness"
 	"github.com/agentrunner/runner/internal/modeltest"
+	"github.com/agentrunner/runner/internal/runnertest"
 )
 
 // TestRealHarnesses launches each installed harness with the configuration
@@ -195,7 +195,7 @@ func replyText(r modeltest.Reply) string {
 type acpClient struct {
 	t      *testing.T
 	stdin  io.WriteCloser
-	stderr *lockedBuffer
+	stderr *runnertest.SyncBuffer
 
 	mu      sync.Mutex
 	nextID  int
@@ -217,23 +217,12 @@ type rpcMsg struct {
 	} `json:"error,omitempty"`
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
 func startACP(t *testing.T, ctx context.Context, argv, env []string, cwd string) *acpClient {
 	t.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env, cmd.Dir = env, cwd
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	c := &acpClient{t: t, stderr: &lockedBuffer{}, pending: map[int]chan rpcMsg{}, updates: make(chan map[string]any, 1024), dead: make(chan struct{})}
+	c := &acpClient{t: t, stderr: &runnertest.SyncBuffer{}, pending: map[int]chan rpcMsg{}, updates: make(chan map[string]any, 1024), dead: make(chan struct{})}
 	cmd.Stderr = c.stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -269,9 +258,7 @@ func startACP(t *testing.T, ctx context.Context, argv, env []string, cwd string)
 }
 
 func (c *acpClient) stderrTail() string {
-	c.stderr.mu.Lock()
-	defer c.stderr.mu.Unlock()
-	s := c.stderr.b.String()
+	s := c.stderr.String()
 	if len(s) > 4000 {
 		s = "…" + s[len(s)-4000:]
 	}

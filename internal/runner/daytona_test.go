@@ -18,10 +18,9 @@ import (
 	"github.com/agentrunner/runner/internal/sandbox/egress"
 
 	"github.com/agentrunner/runner/internal/agent"
-	"github.com/agentrunner/runner/internal/agent/acp"
-	"github.com/agentrunner/runner/internal/agent/agenttest"
 	"github.com/agentrunner/runner/internal/pool/pooltest"
 	"github.com/agentrunner/runner/internal/runner"
+	"github.com/agentrunner/runner/internal/runnertest"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandbox/daytona"
 	"github.com/agentrunner/runner/internal/sandbox/daytona/daytonatest"
@@ -96,22 +95,18 @@ func newRemoteEnv(t testing.TB, fake *daytonatest.Server, st store.Store, opts .
 	clock := pooltest.NewClock(time.Unix(1_000_000, 0))
 	cfg := runner.Config{
 		Version: "test", DefaultProvider: "daytona",
-		Harnesses:   map[string]agent.Spec{"fake": {Command: agenttest.Command()}},
+		Harnesses:   map[string]agent.Spec{"fake": runnertest.Fake()},
 		BaseEnv:     []string{"PATH=/usr/bin:/bin"},
 		ReplicaID:   "replica-a",
 		ApprovalTTL: 10 * time.Minute,
 		Pools:       map[string]runner.PoolConfig{"daytona": {Enabled: true, Max: 20, IdleTTL: 2 * time.Minute}},
 		PoolClock:   clock,
-		Logger:      slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:      runnertest.Logger(t),
 	}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	svc, err := runner.New(cfg, []sandbox.Provider{prov}, &acp.Driver{ClientVersion: "test", CancelGrace: 2 * time.Second}, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = svc.Shutdown(context.Background()) })
+	svc := runnertest.Service(t, cfg, []sandbox.Provider{prov}, st)
 	return &remoteEnv{fake: fake, svc: svc, st: st, clock: clock, dir: dir}
 }
 

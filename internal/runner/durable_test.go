@@ -13,11 +13,11 @@ import (
 	"github.com/agentrunner/runner/internal/agent"
 	"github.com/agentrunner/runner/internal/agent/agenttest"
 	"github.com/agentrunner/runner/internal/runner"
+	"github.com/agentrunner/runner/internal/runnertest"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandbox/daytona/daytonatest"
 	"github.com/agentrunner/runner/internal/sandbox/local"
 	"github.com/agentrunner/runner/internal/store"
-	"github.com/agentrunner/runner/internal/store/sqlite"
 	"github.com/agentrunner/runner/internal/wire"
 	"github.com/agentrunner/runner/internal/workspace"
 	"github.com/agentrunner/runner/internal/workspace/fs"
@@ -43,14 +43,7 @@ func durableEnv(t *testing.T, st store.Store, storeDir string, opts ...option) *
 	return newEnvWithStore(t, []sandbox.Provider{p}, st, all...)
 }
 
-func sharedStore(t *testing.T) store.Store {
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "runner.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
-}
+func sharedStore(t *testing.T) store.Store { return runnertest.SQLite(t) }
 
 // TestWorkspaceFollowsTheSessionToANewRunner: a second runner with its
 // own data dir (the first runner's sandboxes are gone) continues the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,14 +13,13 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/agent"
-	"github.com/agentrunner/runner/internal/agent/acp"
 	"github.com/agentrunner/runner/internal/agent/agenttest"
 	"github.com/agentrunner/runner/internal/pool/pooltest"
 	"github.com/agentrunner/runner/internal/runner"
+	"github.com/agentrunner/runner/internal/runnertest"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandbox/local"
 	"github.com/agentrunner/runner/internal/store"
-	"github.com/agentrunner/runner/internal/store/sqlite"
 	"github.com/agentrunner/runner/internal/wire"
 )
 
@@ -55,12 +53,7 @@ func newEnv(t *testing.T, opts ...option) *env {
 
 func newEnvWith(t *testing.T, providers []sandbox.Provider, opts ...option) *env {
 	t.Helper()
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "runner.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return newEnvWithStore(t, providers, st, opts...)
+	return newEnvWithStore(t, providers, runnertest.SQLite(t), opts...)
 }
 
 func newEnvWithStore(t *testing.T, providers []sandbox.Provider, st store.Store, opts ...option) *env {
@@ -71,8 +64,8 @@ func newEnvWithStore(t *testing.T, providers []sandbox.Provider, st store.Store,
 		Version:         "test",
 		DefaultProvider: "local",
 		Harnesses: map[string]agent.Spec{
-			"fake":  {Command: agenttest.Command()},
-			"other": {Command: agenttest.Command()},
+			"fake":  runnertest.Fake(),
+			"other": runnertest.Fake(),
 		},
 		BaseEnv:     []string{"PATH=/usr/bin:/bin"},
 		ReplicaID:   "replica-a",
@@ -81,16 +74,12 @@ func newEnvWithStore(t *testing.T, providers []sandbox.Provider, st store.Store,
 		SessionTTL:  time.Minute,
 		ApprovalTTL: 10 * time.Minute,
 		PoolClock:   clock,
-		Logger:      slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:      runnertest.Logger(t),
 	}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	svc, err := runner.New(cfg, providers, &acp.Driver{ClientVersion: "test", CancelGrace: 2 * time.Second}, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = svc.Shutdown(context.Background()) })
+	svc := runnertest.Service(t, cfg, providers, st)
 	return &env{svc: svc, st: st, clock: clock, dir: dir}
 }
 

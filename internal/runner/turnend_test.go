@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/runner"
+	"github.com/agentrunner/runner/internal/runnertest"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandbox/local"
 	"github.com/agentrunner/runner/internal/store"
@@ -86,11 +87,7 @@ func (c *countingStore) EndTurnWithEvents(ctx context.Context, t store.Turn, evs
 // of its own with them; when the turn ends first, the whole turn is one
 // commit (TestShortWarmTurnIsOneCommit).
 func TestTurnEndsInOneCommit(t *testing.T) {
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "runner.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := runnertest.SQLite(t)
 	cs := &countingStore{Store: st}
 	p, err := local.New(local.Config{Dir: filepath.Join(t.TempDir(), "sandboxes"), Isolation: "none"})
 	if err != nil {
@@ -145,11 +142,7 @@ func coldThenWarm(t *testing.T, e *env, cs *countingStore) []int {
 // starts committing is written whole, begin, events and outcome, in one
 // transaction, and done still reaches the caller only after it.
 func TestShortWarmTurnIsOneCommit(t *testing.T) {
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "runner.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := runnertest.SQLite(t)
 	cs := &countingStore{Store: st}
 	p, err := local.New(local.Config{Dir: filepath.Join(t.TempDir(), "sandboxes"), Isolation: "none"})
 	if err != nil {
@@ -200,11 +193,7 @@ func (r refusingStore) WriteTurnWithEvents(context.Context, store.Turn, []store.
 func TestWarmTurnFailsWhenItsBeginFails(t *testing.T) {
 	for name, delay := range map[string]time.Duration{"committed during the turn": time.Nanosecond, "one commit": time.Hour} {
 		t.Run(name, func(t *testing.T) {
-			st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "runner.db"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { st.Close() })
+			st := runnertest.SQLite(t)
 			p, err := local.New(local.Config{Dir: filepath.Join(t.TempDir(), "sandboxes"), Isolation: "none"})
 			if err != nil {
 				t.Fatal(err)

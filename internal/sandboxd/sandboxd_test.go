@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/agentrunner/runner/internal/runnertest"
 )
 
 const testToken = "secret-token"
@@ -143,7 +145,7 @@ func TestMainServes(t *testing.T) {
 // daemon is a Main running in this process.
 type daemon struct {
 	addr   string
-	stderr *syncBuffer
+	stderr *runnertest.SyncBuffer
 	cancel context.CancelFunc
 	code   chan int
 	once   sync.Once
@@ -172,7 +174,7 @@ func startMain(t *testing.T, home string) *daemon {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &daemon{stderr: &syncBuffer{}, cancel: cancel, code: make(chan int, 1)}
+	d := &daemon{stderr: &runnertest.SyncBuffer{}, cancel: cancel, code: make(chan int, 1)}
 	go func() {
 		d.code <- Main(ctx, []string{"--runner-version", "v9", fmt.Sprintf("--ready-fd=%d", fd)},
 			func(k string) string { return env[k] }, io.Discard, d.stderr)
@@ -189,24 +191,6 @@ func startMain(t *testing.T, home string) *daemon {
 	}
 	d.addr = string(addr)
 	return d
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // lockable reports whether an flock on path can be taken now (and drops it).

@@ -1,24 +1,18 @@
 package tenanttest
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/agentrunner/runner/internal/agent/agenttest"
-	"github.com/agentrunner/runner/internal/wire"
+	"github.com/agentrunner/runner/internal/runnertest"
 )
 
 // token is the runner's token in every test; a test that looks for it
@@ -72,7 +66,8 @@ type runner struct {
 	DataDir string
 	Home    string // the runner's own $HOME
 	env     []string
-	log     *syncBuffer
+	log     *runnertest.SyncBuffer
+	client  *runnertest.Client // at Base, with the token
 	cmd     *exec.Cmd
 	done    chan struct{}
 	// wrap, when set, is the command line runner serve runs under (a
@@ -93,7 +88,7 @@ func start(t testing.TB, env ...string) *runner {
 func startWrapped(t testing.TB, wrap []string, env ...string) *runner {
 	t.Helper()
 	dir := t.TempDir()
-	r := &runner{DataDir: filepath.Join(dir, "data"), Home: filepath.Join(dir, "home"), log: &syncBuffer{}, wrap: wrap}
+	r := &runner{DataDir: filepath.Join(dir, "data"), Home: filepath.Join(dir, "home"), log: &runnertest.SyncBuffer{}, wrap: wrap}
 	if err := os.MkdirAll(r.Home, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -112,22 +107,15 @@ func startWrapped(t testing.TB, wrap []string, env ...string) *runner {
 
 func (r *runner) run(t testing.TB) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := ln.(*net.TCPListener).File()
-	ln.Close() // f holds the socket
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Base = "http://" + ln.Addr().String()
+	f, base := runnertest.Socket(t)
+	r.Base = base
+	r.client = &runnertest.Client{Base: base, Token: token, Log: r.log}
 	argv := append(append([]string(nil), r.wrap...), runnerBin, "serve")
 	r.cmd = exec.Command(argv[0], argv[1:]...)
 	r.cmd.Env = append(append([]string(nil), r.env...), "LISTEN_FDS=1")
 	r.cmd.ExtraFiles = []*os.File{f}
 	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
-	err = r.cmd.Start()
+	err := r.cmd.Start()
 	// Only the runner holds the socket now: one that dies at boot leaves
 	// nothing accepting, so the wait below fails instead of hanging on a
 	// backlog nobody serves.
@@ -137,25 +125,7 @@ func (r *runner) run(t testing.TB) {
 	}
 	r.done = make(chan struct{})
 	go func() { _ = r.cmd.Wait(); close(r.done) }()
-	deadline := time.Now().Add(time.Minute)
-	probe := &http.Client{Timeout: 5 * time.Second}
-	for {
-		resp, err := probe.Get(r.Base + "/health")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
-		}
-		select {
-		case <-r.done:
-			t.Fatalf("runner serve exited before answering /health:\n%s", r.log)
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("runner serve did not answer /health within a minute:\n%s", r.log)
-		}
-	}
+	runnertest.WaitHealthy(t, r.Base, r.done, r.log)
 }
 
 // stop sends SIGINT and waits for the runner to exit (SIGKILL after 30 s).
@@ -189,23 +159,7 @@ func (r *runner) restart(t *testing.T) {
 func (r *runner) Log() string { return r.log.String() }
 
 // turn is what one streamed turn returned.
-type turn struct {
-	Status int
-	Events []wire.Event
-	Result wire.Result
-	Raw    []byte // the whole response body
-}
-
-// Text is the concatenated message deltas of the turn.
-func (tr turn) Text() string {
-	var b strings.Builder
-	for _, e := range tr.Events {
-		if e.Type == "message_delta" {
-			b.WriteString(e.Delta)
-		}
-	}
-	return b.String()
-}
+type turn = runnertest.Turn
 
 // fake is a request for the fake harness: prompt is its directives, one
 // per line; fields are merged over it (sessionId, projectId, agentsMd, …).
@@ -221,106 +175,23 @@ func fake(prompt string, fields map[string]any) map[string]any {
 // non-200 answer is returned with its body in Raw and Result.Error.
 func (r *runner) stream(t *testing.T, req any) turn {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	resp := r.do(t, ctx, "POST", "/stream", req, "application/x-ndjson")
-	defer resp.Body.Close()
-	var tr turn
-	tr.Status = resp.StatusCode
-	body, err := io.ReadAll(resp.Body)
-	tr.Raw = body
-	if err != nil {
-		t.Fatalf("read /stream: %v", err)
-	}
-	if resp.StatusCode != 200 {
-		_ = json.Unmarshal(body, &tr.Result)
-		return tr
-	}
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	sc.Buffer(make([]byte, 0, 1<<20), 1<<30)
-	sawResult := false
-	for sc.Scan() {
-		var rec wire.Record
-		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-			t.Fatalf("bad NDJSON line %.200q: %v", sc.Bytes(), err)
-		}
-		switch {
-		case rec.Event != nil:
-			tr.Events = append(tr.Events, *rec.Event)
-		case rec.Result != nil:
-			tr.Result, sawResult = *rec.Result, true
-		}
-	}
-	if !sawResult {
-		t.Fatalf("stream ended without a result (%d bytes):\n%.2000s", len(body), body)
-	}
-	return tr
+	return r.client.Stream(t, req)
 }
 
 // call sends an authenticated request with a JSON body (nil for none)
 // and returns the status and body.
 func (r *runner) call(t *testing.T, method, path string, body any) (int, []byte) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	resp := r.do(t, ctx, method, path, body, "application/json")
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: read: %v", method, path, err)
-	}
-	return resp.StatusCode, b
+	return r.client.Call(t, method, path, body)
 }
 
 func (r *runner) do(t testing.TB, ctx context.Context, method, path string, body any, accept string) *http.Response {
 	t.Helper()
-	resp, err := http.DefaultClient.Do(r.request(t, ctx, method, path, body, accept))
-	if err != nil {
-		t.Fatalf("%s %s: %v\nrunner log:\n%s", method, path, err, r.log)
-	}
-	return resp
+	return r.client.Do(t, ctx, method, path, body, accept)
 }
 
 // request is an authenticated request with a JSON body (nil for none).
 func (r *runner) request(t testing.TB, ctx context.Context, method, path string, body any, accept string) *http.Request {
 	t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	case []byte:
-		rd = bytes.NewReader(b)
-	default:
-		j, err := json.Marshal(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rd = bytes.NewReader(j)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, r.Base+path, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", accept)
-	return req
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	return r.client.Request(t, ctx, method, path, body, accept)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agentrunner/runner/internal/runnertest"
 	"github.com/agentrunner/runner/internal/tools"
 	"github.com/agentrunner/runner/internal/tools/relay"
 	"github.com/agentrunner/runner/internal/wire"
@@ -36,28 +37,10 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// syncBuffer is a log sink tests can read while the relay writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type env struct {
 	relay  *relay.Relay
 	socket string
-	logs   *syncBuffer
+	logs   *runnertest.SyncBuffer
 }
 
 // startRelay serves a relay on a fresh socket until the test ends.
@@ -74,7 +57,7 @@ func startRelay(t testing.TB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &runnertest.SyncBuffer{}
 	r := relay.New(slog.New(slog.NewTextHandler(io.MultiWriter(logs, output(t)), nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -101,7 +84,7 @@ func stdioClient(t testing.TB, envs ...string) (*mcp.ClientSession, error) {
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), "RUNNER_TEST_MCP_STDIO=1")
 	cmd.Env = append(cmd.Env, envs...)
-	var stderr syncBuffer
+	var stderr runnertest.SyncBuffer
 	cmd.Stderr = &stderr
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "harness", Version: "0"}, nil).
 		Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
