@@ -2,7 +2,7 @@
 GO ?= go
 SHELL := /bin/bash
 
-.PHONY: build test vet bench fuzz generate
+.PHONY: build test test-short vet bench fuzz generate
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/runner ./cmd/runner
@@ -12,6 +12,12 @@ build:
 # variable each needs.
 test:
 	set -o pipefail; $(GO) test -race -count=1 -timeout 15m -json ./... | $(GO) run ./internal/testreport
+
+# The fast loop while editing: the unit tests, without the race detector;
+# the end-to-end ones (the tenant suite, real harnesses, the slowest
+# sandbox and Daytona tests) skip under -short. `make test` runs them all.
+test-short:
+	$(GO) test -short ./...
 
 vet:
 	$(GO) vet ./...

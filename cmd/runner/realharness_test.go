@@ -28,6 +28,9 @@ import (
 // `runner harness install`.
 func realHarnesses(tb testing.TB) (string, []string) {
 	tb.Helper()
+	if testing.Short() {
+		tb.Skip("real harnesses: skipped under -short")
+	}
 	dir := os.Getenv("RUNNER_TEST_HARNESS_DIR")
 	if dir == "" {
 		tb.Skip("RUNNER_TEST_HARNESS_DIR is not set: run `runner harness install claude pi_core gemini` with AGENTA_RUNNER_HARNESS_DIR=<dir> and set RUNNER_TEST_HARNESS_DIR=<dir>")

@@ -30,6 +30,9 @@ import (
 // and gemini, or the comma list in RUNNER_TEST_HARNESSES (codex is ~460 MB
 // and opencode ~370 MB, so they run only when listed).
 func TestRealHarnesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real harnesses: skipped under -short")
+	}
 	dir := os.Getenv("RUNNER_TEST_HARNESS_DIR")
 	if dir == "" {
 		t.Skip("RUNNER_TEST_HARNESS_DIR is not set: install harnesses with `runner harness install claude pi_core gemini` into a dir and point it there")

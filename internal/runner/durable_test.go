@@ -286,6 +286,9 @@ func TestDeleteSessionRemovesItsWorkspace(t *testing.T) {
 // the agent folder lives inside it (out of the workspace's own sync) and
 // still reaches the agent's other sessions.
 func TestDaytonaAgentFolder(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end turns over the fake Daytona API: skipped under -short")
+	}
 	fake := daytonatest.New(t, daytonatest.Options{})
 	base, err := fs.New(t.TempDir())
 	if err != nil {

@@ -73,6 +73,9 @@ func TestReaperDeletesOrphanOnSecondPass(t *testing.T) {
 }
 
 func TestReaperKeepsParkedSandboxOfActiveSession(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end reaper rounds: skipped under -short")
+	}
 	fake := daytonatest.New(t, daytonatest.Options{})
 	e := newRemoteEnv(t, fake, nil)
 	id := e.parked(t, "s")
@@ -97,6 +100,9 @@ func TestReaperKeepsParkedSandboxOfActiveSession(t *testing.T) {
 }
 
 func TestReaperRemovesDeletedSessionsSandbox(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end reaper rounds: skipped under -short")
+	}
 	fake := daytonatest.New(t, daytonatest.Options{})
 	e := newRemoteEnv(t, fake, nil)
 	id := e.parked(t, "s")

@@ -468,6 +468,9 @@ func TestColdReloadViaSessionLoad(t *testing.T) {
 }
 
 func TestRunLimits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs turns into their limits: skipped under -short")
+	}
 	cases := []struct {
 		name   string
 		limits runner.Limits

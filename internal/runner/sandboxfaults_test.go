@@ -20,6 +20,9 @@ import (
 // natively, the files written before the stop are there, and no stranger
 // was signalled.
 func TestDaytonaResumeFromStoppedKillsNoStranger(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end turns over the fake Daytona API: skipped under -short")
+	}
 	fake := daytonatest.New(t, daytonatest.Options{})
 	e := newRemoteEnv(t, fake, nil)
 	msgs := []string{"write notes.txt before-the-stop\nsay remember otter"}
@@ -73,6 +76,9 @@ func hasEvent(r turnResult, name string) bool {
 // prompt cannot be delivered; after an idle spell the probe finds it
 // before.
 func TestDaytonaVanishedWhileWarm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the fake Daytona retries: skipped under -short")
+	}
 	for _, probe := range []bool{false, true} {
 		t.Run(map[bool]string{false: "undelivered", true: "probed"}[probe], func(t *testing.T) {
 			fake := daytonatest.New(t, daytonatest.Options{})
@@ -107,6 +113,9 @@ func TestDaytonaVanishedWhileWarm(t *testing.T) {
 // A parked (stopped) session's sandbox deleted out of band: the next turn
 // creates a fresh one and replays the history.
 func TestDaytonaVanishedWhileParked(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the fake Daytona retries: skipped under -short")
+	}
 	fake := daytonatest.New(t, daytonatest.Options{})
 	e := newRemoteEnv(t, fake, nil)
 	msgs := []string{"say remember otter"}
@@ -126,6 +135,9 @@ func TestDaytonaVanishedWhileParked(t *testing.T) {
 // is a sandbox that dies without a word on the wire (connections hang
 // open): the stream's missing heartbeats give it away within seconds.
 func TestDaytonaVanishedMidTurn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the fake Daytona retries: skipped under -short")
+	}
 	for _, silent := range []bool{false, true} {
 		t.Run(map[bool]string{false: "deleted", true: "silent"}[silent], func(t *testing.T) {
 			fake := daytonatest.New(t, daytonatest.Options{})

@@ -2,6 +2,7 @@ package tenanttest
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -28,6 +29,10 @@ func TestMain(m *testing.M) {
 }
 
 func buildAndRun(m *testing.M) int {
+	flag.Parse()
+	if testing.Short() {
+		return m.Run() // every attack skips (startWrapped): build nothing
+	}
 	dir, err := os.MkdirTemp("", "tenanttest-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "tenanttest:", err)
@@ -87,6 +92,9 @@ func start(t testing.TB, env ...string) *runner {
 // startWrapped is start with runner serve run as wrap... runner serve.
 func startWrapped(t testing.TB, wrap []string, env ...string) *runner {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("tenanttest runs runner serve processes: skipped under -short")
+	}
 	dir := t.TempDir()
 	r := &runner{DataDir: filepath.Join(dir, "data"), Home: filepath.Join(dir, "home"), log: &runnertest.SyncBuffer{}, wrap: wrap}
 	if err := os.MkdirAll(r.Home, 0o700); err != nil {

@@ -15,6 +15,9 @@ import (
 // every call's arguments; a call still in flight keeps what a
 // permission request needs, and new arguments are still told apart.
 func TestToolStatesBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drives thousands of tool states: skipped under -short")
+	}
 	m := newMapper()
 	arg := strings.Repeat("a", 1000)
 	for i := range 20_000 {

@@ -266,6 +266,9 @@ func TestChannelFromSandbox(t *testing.T) {
 }
 
 func TestConcurrentProcessesAndLargeOutput(t *testing.T) {
+	if testing.Short() {
+		t.Skip("moves large outputs through the fake Daytona API: skipped under -short")
+	}
 	t.Parallel()
 	fake := daytonatest.New(t, daytonatest.Options{})
 	sb := create(t, newProvider(t, fake, nil), sandbox.Spec{})

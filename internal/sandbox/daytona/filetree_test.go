@@ -174,6 +174,9 @@ func (r *remoteTree) restartDaemon(t *testing.T) {
 // restart; an unchanged tree's scan moves a few hundred bytes, not the
 // full scan's megabytes.
 func TestCheckpointThroughWatch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("checkpoints a 10,000-file tree several times over the fake Daytona API: skipped under -short")
+	}
 	t.Parallel()
 	r := newRemoteTree(t, 10_000)
 	same := func(step string) workspace.Stats {

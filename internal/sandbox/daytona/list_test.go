@@ -14,6 +14,9 @@ import (
 // ListIDs follows the list's cursor, and leaves out other runners'
 // sandboxes and those being deleted.
 func TestListIDsPages(t *testing.T) {
+	if testing.Short() {
+		t.Skip("pages through many sandboxes of the fake Daytona API: skipped under -short")
+	}
 	t.Parallel()
 	fake := daytonatest.New(t, daytonatest.Options{ListLimit: 2})
 	p := newProvider(t, fake, nil)

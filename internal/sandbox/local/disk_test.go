@@ -18,6 +18,9 @@ import (
 // its state for the next sandbox of that key, while Destroy of a sandbox
 // without a key leaves nothing mounted.
 func TestDiskQuota(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills a disk quota: skipped under -short")
+	}
 	needLimits(t)
 	p := newBwrap(t, func(c *local.Config) { c.DiskMB = 20 })
 	spec := sandbox.Spec{StateKey: "p:s"}

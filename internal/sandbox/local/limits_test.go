@@ -34,6 +34,9 @@ func TestLimitPids(t *testing.T) {
 }
 
 func TestLimitMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs processes into their cgroup limits: skipped under -short")
+	}
 	t.Parallel()
 	needLimits(t)
 	p := newBwrap(t, func(c *local.Config) { c.MemoryMB = 64 })

@@ -18,6 +18,9 @@ import (
 // provider keeps working for "off"; nothing falls back to the host's
 // network.
 func TestNetworkOnFailsClosed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("network stack end to end: skipped under -short")
+	}
 	netnsTool(t)
 	plain := filepath.Join(t.TempDir(), "not-a-device")
 	if err := os.WriteFile(plain, nil, 0o666); err != nil {
@@ -112,6 +115,9 @@ func TestDescribeNetworkOn(t *testing.T) {
 // host's loopback is reachable, also not one the request lists, and no
 // proxy is set.
 func TestNetworkOnForwardsListedLoopback(t *testing.T) {
+	if testing.Short() {
+		t.Skip("network stack end to end: skipped under -short")
+	}
 	netnsTool(t)
 	listed, other, requested := listen(t), listen(t), listen(t)
 	p := newBwrap(t, nil)

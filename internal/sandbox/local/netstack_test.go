@@ -391,6 +391,9 @@ func simNet(t *testing.T) (hostNS, inetNS string) {
 // TestNetworkOnSimulatedInternet runs TestNetworkOnInside in the simulated
 // host, as root and as an unprivileged uid.
 func TestNetworkOnSimulatedInternet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a simulated internet in network namespaces: skipped under -short")
+	}
 	netnsTool(t)
 	hostNS, inetNS := simNet(t)
 	exe, err := os.Executable()

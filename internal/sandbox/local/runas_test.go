@@ -21,6 +21,9 @@ import (
 // unprivileged host user.
 
 func TestRunAs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end sandboxes per user: skipped under -short")
+	}
 	t.Parallel()
 	runAs := newRunAs(t)
 	asRoot := newBwrap(t, nil)
