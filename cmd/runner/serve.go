@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentrunner/runner/internal/api"
 	"github.com/agentrunner/runner/internal/config"
+	"github.com/agentrunner/runner/internal/jobs"
 	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/metrics/prom"
 	"github.com/agentrunner/runner/internal/sandbox/egress"
@@ -89,6 +90,15 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 		fmt.Fprintln(stderr, "runner: recover after restart:", err)
 		return 1
 	}
+	queue, err := buildJobs(ctx, cfg, svc, log)
+	if err != nil {
+		fmt.Fprintln(stderr, "runner:", err)
+		return 1
+	}
+	var jobQueue jobs.Queue // a nil *river.Queue would be a non-nil interface
+	if queue != nil {
+		jobQueue = queue
+	}
 	// Probes the store for /ready and writes the outcomes of turns whose
 	// commit failed (AGENTA_RUNNER_STORE_PROBE_INTERVAL_MS).
 	watch := svc.WatchStore(cfg.Store.ProbeInterval)
@@ -114,6 +124,7 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 		},
 		SubscriptionStatus: func() map[string]any { return subscriptionStatus(cfg, environ) },
 		Ready:              svc.Ready,
+		Jobs:               jobQueue,
 		Logger:             log,
 	}, svc, routes...)
 
@@ -150,9 +161,19 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 	// with a result), park the warm sessions, then wait for handlers to
 	// finish writing.
 	go func() { _ = srv.Shutdown(sctx) }()
+	jobsStopped := make(chan struct{})
+	go func() {
+		defer close(jobsStopped)
+		if queue != nil {
+			// Fetches no more; its attempts end as the turns below stop,
+			// and run again after the restart.
+			_ = queue.Stop(sctx)
+		}
+	}()
 	if err := svc.Shutdown(sctx); err != nil {
 		log.Warn("shutdown: turns still tearing down at the deadline", logkey.Error, err)
 	}
+	<-jobsStopped
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		log.Warn("shutdown", logkey.Error, err)
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/jobs"
 	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/store"
@@ -30,7 +31,8 @@ import (
 type Config struct {
 	Token string
 	// ProjectTokens are per-project tokens, by project: each authenticates
-	// only the project-scoped routes (/run, /stream, /kill, /v1/sessions)
+	// only the project-scoped routes (/run, /stream, /kill, /v1/sessions,
+	// /v1/jobs)
 	// for requests of its project (scope.go).
 	ProjectTokens    map[string]string
 	Version          string
@@ -51,7 +53,9 @@ type Config struct {
 	Ready func() error
 	// SubscriptionStatus returns the /subscription-status harness map.
 	SubscriptionStatus func() map[string]any
-	Logger             *slog.Logger
+	// Jobs serves /v1/jobs (nil: no such routes).
+	Jobs   jobs.Queue
+	Logger *slog.Logger
 }
 
 // Handler serves the runner's routes.
@@ -102,6 +106,7 @@ func New(cfg Config, r *runner.Service, extra ...Route) *Handler {
 	h.mux.Handle("DELETE /v1/sessions/{id}", h.authProject(http.HandlerFunc(h.deleteSession)))
 	h.mux.Handle("GET /v1/sessions/{id}/events", h.authProject(http.HandlerFunc(h.sessionEvents)))
 	h.mux.Handle("POST /v1/sessions/{id}/interactions/{iid}", h.authProject(http.HandlerFunc(h.decide)))
+	h.jobRoutes()
 	for _, rt := range extra {
 		h.mux.Handle(rt.Pattern, h.auth(rt.Handler))
 	}
@@ -174,7 +179,7 @@ func (h *Handler) authWith(next http.Handler, projects bool) http.Handler {
 			return
 		}
 		if c.scoped && !projects {
-			WriteErr(w, errdefs.With(errdefs.ErrForbidden, errors.New("a project token is accepted only on /run, /stream, /kill and /v1/sessions; this route takes the runner token (AGENTA_RUNNER_TOKEN)")))
+			WriteErr(w, errdefs.With(errdefs.ErrForbidden, errors.New("a project token is accepted only on /run, /stream, /kill, /v1/sessions and /v1/jobs; this route takes the runner token (AGENTA_RUNNER_TOKEN)")))
 			return
 		}
 		next.ServeHTTP(w, withCaller(r, c))

@@ -44,7 +44,7 @@ var implementations = []string{
 	"internal/store/sqlite", "internal/store/postgres",
 	"internal/agent/acp",
 	"internal/workspace/fs", "internal/workspace/s3", "internal/workspace/resign", "internal/workspace/rclone",
-	"internal/metrics/prom",
+	"internal/metrics/prom", "internal/jobs/river",
 }
 
 func rel(path string) string { return strings.TrimPrefix(path, module+"/") }

@@ -49,6 +49,8 @@ type Config struct {
 	// Platform is the Agenta platform mirror (platform.go).
 	Platform Platform
 	Daytona  Daytona
+	// Jobs configures /v1/jobs (jobs.go).
+	Jobs Jobs
 }
 
 // HTTP configures the service's listener, its callers and its connections.

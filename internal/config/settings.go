@@ -54,12 +54,13 @@ const (
 	cTools     Component = "Tools"
 	cPlatform  Component = "Platform"
 	cDaytona   Component = "Daytona"
+	cJobs      Component = "Jobs"
 	cCLI       Component = "Command line"
 	cInternal  Component = "Internal"
 )
 
 // Components lists the components in documentation order.
-var Components = []Component{cService, cHTTP, cLimits, cSessions, cLocal, cStore, cWorkspace, cTools, cPlatform, cDaytona, cCLI, cInternal}
+var Components = []Component{cService, cHTTP, cLimits, cSessions, cLocal, cStore, cWorkspace, cTools, cPlatform, cDaytona, cJobs, cCLI, cInternal}
 
 // Type is a setting's kind of value.
 type Type string
@@ -165,6 +166,16 @@ var settings = []Setting{
 	{Name: "AGENTA_RUNNER_DAYTONA_REAP_INTERVAL_MS", Component: cDaytona, Type: tDuration, Default: "600000", Doc: "how often to delete Daytona sandboxes no session owns (`0` disables; at least 60000)", load: millisOff(func(c *Config) *time.Duration { return &c.Daytona.ReapInterval })},
 	{Name: "AGENTA_RUNNER_HARNESS_<NAME>", Component: cService, Type: tString, DefaultDoc: "the built-ins (see [harnesses.md](harnesses.md))", Doc: "a harness's launch command, quotes and backslash escapes honoured: adds harness `<name>` or replaces a built-in's command", Main: true, load: loadHarnesses},
 	{Name: "AGENTA_RUNNER_PROJECT_TOKENS", Component: cHTTP, Type: tString, DefaultDoc: "—", Doc: "per-project tokens, `projA=tokenA,projB=tokenB` or `@/path/file` (pairs by comma or line): a project's token is accepted only on `/run`, `/stream`, `/kill` and `/v1` for that project (a request naming no project is scoped to it; naming another is 403); `AGENTA_RUNNER_TOKEN` stays the operator's, for every project", load: loadProjectTokens},
+	{Name: "AGENTA_RUNNER_JOBS", Component: cJobs, Type: tBool, Default: "on", Doc: "background and scheduled jobs (`/v1/jobs`, see [jobs.md](jobs.md)); `off`: no queue, no routes", load: flag(func(c *Config) *bool { return &c.Jobs.Enabled })},
+	{Name: "AGENTA_RUNNER_JOBS_CONCURRENCY", Component: cJobs, Type: tInt, Default: "4", Doc: "job turns one replica runs at once: a share of their own, beside (not within) `AGENTA_RUNNER_CONCURRENCY_LIMIT`", load: intIn(1, 1<<20, func(c *Config) *int { return &c.Jobs.Concurrency })},
+	{Name: "AGENTA_RUNNER_JOBS_PROJECT_CONCURRENCY", Component: cJobs, Type: tString, DefaultDoc: "— (`AGENTA_RUNNER_JOBS_CONCURRENCY`)", Doc: "per-project caps on one replica's running jobs, `proj=2,*=3` (`*`: every other project); a run over its cap waits, spending no attempt", load: loadJobsProjects},
+	{Name: "AGENTA_RUNNER_JOBS_MAX_ATTEMPTS", Component: cJobs, Type: tInt, Default: "3", Doc: "a run's attempts unless its `retry.maxAttempts` says (1 to 25)", load: intIn(1, 25, func(c *Config) *int { return &c.Jobs.MaxAttempts })},
+	{Name: "AGENTA_RUNNER_JOBS_RETRY_BASE_MS", Component: cJobs, Type: tDuration, Default: "1000", Doc: "first retry's delay, of a run and of a webhook; it doubles up to 5 minutes", load: millis(func(c *Config) *time.Duration { return &c.Jobs.RetryBase })},
+	{Name: "AGENTA_RUNNER_JOBS_SCHEDULE_TICK_MS", Component: cJobs, Type: tDuration, Default: "1000", Doc: "how often the leader checks the schedules; the shortest `intervalMs` (at least 1000)", load: loadJobsTick},
+	{Name: "AGENTA_RUNNER_JOBS_POLL_MS", Component: cJobs, Type: tDuration, Default: "2000", Doc: "how often a run parked for an approval, or waiting for a busy session or its project's cap, looks again", load: millis(func(c *Config) *time.Duration { return &c.Jobs.Poll })},
+	{Name: "AGENTA_RUNNER_JOBS_RESCUE_AFTER_MS", Component: cJobs, Type: tDuration, Default: "3600000", DefaultDoc: "`3600000` (1 h)", Doc: "a run left running this long is taken for its dead replica's and run elsewhere (a committed turn is not run again; a live one keeps its session's lease)", load: millis(func(c *Config) *time.Duration { return &c.Jobs.RescueAfter })},
+	{Name: "AGENTA_RUNNER_JOBS_SEAL_KEY", Component: cJobs, Type: tString, DefaultDoc: "— (SQLite: `jobs.key`, made in the data dir)", Doc: "64 hex digits (`openssl rand -hex 32`): seals the secrets of a job's request (credentials, headers) in its row; every replica needs the same", load: loadJobsSealKey},
+	{Name: "AGENTA_RUNNER_JOBS_WEBHOOK_SECRETS", Component: cJobs, Type: tString, DefaultDoc: "—", Doc: "webhook signing secrets a job's `webhook.secretRef` names, `name=whsec_…,…` (at least 16 characters each)", load: loadJobsSecrets},
 
 	// Read elsewhere, or set by the runner for its own children.
 	{Name: "AWS_CA_BUNDLE", Component: cWorkspace, Type: tPath, DefaultDoc: "—", Doc: "a PEM bundle of extra CAs trusted for the S3 store (as the AWS tools read it), beside the system's"},
