@@ -2,7 +2,9 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -13,10 +15,11 @@ import (
 	"github.com/agentrunner/runner/internal/wire"
 )
 
-// jobRoutes registers /v1/jobs when the runner has a queue.
+// jobRoutes registers /v1/jobs; without a queue they answer 503 naming
+// the setting that turned jobs off.
 func (h *Handler) jobRoutes() {
 	if h.cfg.Jobs == nil {
-		return
+		h.cfg.Jobs = jobsOff{}
 	}
 	h.mux.Handle("POST /v1/jobs", h.authProject(http.HandlerFunc(h.submitJob)))
 	h.mux.Handle("GET /v1/jobs", h.authProject(http.HandlerFunc(h.listJobs)))
@@ -158,4 +161,25 @@ func (h *Handler) cancelJob(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) runJob(w http.ResponseWriter, r *http.Request) {
 	h.jobCall(w, r, func(sc jobs.Scope, id string) (jobs.Job, error) { return h.cfg.Jobs.RunNow(r.Context(), sc, id) })
+}
+
+// jobsOff is the queue of a runner without jobs (AGENTA_RUNNER_JOBS=off).
+type jobsOff struct{}
+
+var _ jobs.Queue = jobsOff{}
+
+var errJobsOff = errdefs.With(errdefs.ErrUnavailable, errors.New("background jobs are off on this runner (AGENTA_RUNNER_JOBS=off)"))
+
+func (jobsOff) Submit(context.Context, jobs.Spec) (jobs.Job, bool, error) {
+	return jobs.Job{}, false, errJobsOff
+}
+func (jobsOff) Get(context.Context, jobs.Scope, string) (jobs.Job, error) {
+	return jobs.Job{}, errJobsOff
+}
+func (jobsOff) List(context.Context, jobs.Filter) ([]jobs.Job, error) { return nil, errJobsOff }
+func (jobsOff) Cancel(context.Context, jobs.Scope, string) (jobs.Job, error) {
+	return jobs.Job{}, errJobsOff
+}
+func (jobsOff) RunNow(context.Context, jobs.Scope, string) (jobs.Job, error) {
+	return jobs.Job{}, errJobsOff
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentrunner/runner/internal/agent/agenttest"
 	"github.com/agentrunner/runner/internal/jobs"
+	"github.com/agentrunner/runner/internal/store/storetest"
 )
 
 // startJobs is start for the job tests: the queue polls often, retries
@@ -382,5 +383,88 @@ func TestAttackWebhookRebind(t *testing.T) {
 	}
 	if n := loop.connections(t); n != 0 {
 		t.Fatalf("the loopback listener got %d connections from the webhook", n)
+	}
+}
+
+// TestAttackJobOtherProject: a project token submits and sees only its
+// project's jobs. Must hold: A's job is A's (a request naming no project
+// is given A's); B's token gets 404 for it on every route, its list
+// holds none of A's, and it cannot submit into A; the runner's token
+// reaches every project.
+func TestAttackJobOtherProject(t *testing.T) {
+	r := startJobs(t, "AGENTA_RUNNER_PROJECT_TOKENS=projA="+tokenA+",projB="+tokenB)
+	code, body := callAs(t, r, tokenA, "POST", "/v1/jobs", map[string]any{"request": fake("say for A", nil)}, "")
+	var j jobs.Job
+	if err := json.Unmarshal(body, &j); code != http.StatusCreated || err != nil || j.ProjectID != "projA" {
+		t.Fatalf("A's submit = %d %s", code, body)
+	}
+	for _, rt := range []struct{ method, path string }{{"GET", "/v1/jobs/" + j.ID}, {"DELETE", "/v1/jobs/" + j.ID}, {"POST", "/v1/jobs/" + j.ID + "/run"}} {
+		if code, body := callAs(t, r, tokenB, rt.method, rt.path, nil, ""); code != http.StatusNotFound {
+			t.Errorf("B: %s %s = %d %s, want 404", rt.method, rt.path, code, body)
+		}
+	}
+	if code, body := callAs(t, r, tokenB, "GET", "/v1/jobs", nil, ""); code != 200 || strings.Contains(string(body), j.ID) {
+		t.Errorf("B's list = %d %s", code, body)
+	}
+	if code, body := callAs(t, r, tokenB, "GET", "/v1/jobs", nil, "projA"); code != http.StatusForbidden {
+		t.Errorf("B listing A's jobs = %d %s, want 403", code, body)
+	}
+	if code, body := callAs(t, r, tokenB, "POST", "/v1/jobs", map[string]any{"request": fake("say into A", map[string]any{"projectId": "projA"})}, ""); code != http.StatusForbidden {
+		t.Errorf("B submitting into A = %d %s, want 403", code, body)
+	}
+	if got := r.await(t, j.ID, "succeeded", status(jobs.Succeeded)); got.ProjectID != "projA" {
+		t.Fatalf("job %s", pretty(got))
+	}
+}
+
+// TestJobPostgresReplicaLoss: two replicas share PostgreSQL; the one
+// running a job's turn is killed (SIGKILL). Must hold: the other replica
+// takes the run (River's rescuer), waits out the dead replica's session
+// lease rather than running beside it, and finishes the job; exactly one
+// turn of the job is committed. Both replicas serve the job's state.
+func TestJobPostgresReplicaLoss(t *testing.T) {
+	url := storetest.PostgresSchema(t)
+	// No disk quotas: the killed replica never restarts to unmount its
+	// sandboxes' loop images, which would keep the temp dir busy.
+	env := []string{"AGENTA_RUNNER_DATABASE_URL=" + url, "AGENTA_RUNNER_JOBS_RESCUE_AFTER_MS=2000", "AGENTA_RUNNER_LOCAL_DISK_MB=0"}
+	a := startJobs(t, append(env, "AGENTA_RUNNER_REPLICA_ID=replica-a")...)
+	b := startJobs(t, append(env, "AGENTA_RUNNER_REPLICA_ID=replica-b")...)
+	code, j, body := a.submit(t, map[string]any{"request": fake("say started\nsleep 4s\nsay finished", nil), "idempotencyKey": "once"})
+	if code != http.StatusCreated {
+		t.Fatalf("submit = %d %s", code, body)
+	}
+	if code, again, _ := b.submit(t, map[string]any{"request": fake("say started\nsleep 4s\nsay finished", nil), "idempotencyKey": "once"}); code != 200 || again.ID != j.ID {
+		t.Fatalf("the other replica made a second job for the key: %d %s", code, pretty(again))
+	}
+	j = a.awaitTurn(t, j.ID)
+	victim, survivor := a, b
+	if j.Attempts[len(j.Attempts)-1].Replica == "replica-b" {
+		victim, survivor = b, a
+	}
+	if err := victim.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-victim.done
+	victim.cmd = nil
+	// The dead replica's lease on the session lasts 90 s.
+	deadline := time.Now().Add(4 * time.Minute)
+	for {
+		j = survivor.job(t, j.ID)
+		if j.Status == jobs.Succeeded {
+			break
+		}
+		if time.Now().After(deadline) || j.Status.Ended() {
+			t.Fatalf("job never succeeded on the survivor: %s\nsurvivor log:\n%s", pretty(j), survivor.Log())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	completed := 0
+	for _, tr := range survivor.ledger(t, j.SessionID) {
+		if tr.Status == "completed" {
+			completed++
+		}
+	}
+	if completed != 1 || !strings.Contains(j.Result.Output, "finished") {
+		t.Fatalf("%d completed turns; job %s", completed, pretty(j))
 	}
 }

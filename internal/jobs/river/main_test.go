@@ -5,10 +5,14 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/agentrunner/runner/internal/agent/agenttest"
 	"github.com/agentrunner/runner/internal/leaktest"
 )
 
-// A queue that leaves a River goroutine running after Stop fails the package.
+// The test binary is the scripted fake agent too (the benchmarks' harness).
+// A queue that leaves a River goroutine running after Stop fails the
+// package.
 func TestMain(m *testing.M) {
+	agenttest.MaybeRun()
 	goleak.VerifyTestMain(m, leaktest.Global()...)
 }

@@ -223,8 +223,16 @@ func open[TTx any](ctx context.Context, drv riverdriver.Driver[TTx], tab *table,
 			queueRuns:    {MaxWorkers: cfg.Concurrency},
 			queueControl: {MaxWorkers: 4},
 		},
-		Workers:              workers,
-		JobTimeout:           -1, // a run's own timeoutMs and the runner's turn limits bound it
+		Workers: workers,
+		// A freed worker fetches at the next poll: SQLite has no
+		// LISTEN/NOTIFY, and even PostgreSQL's notifies only inserts.
+		FetchCooldown:     20 * time.Millisecond,
+		FetchPollInterval: 100 * time.Millisecond,
+		// River's rescuer takes only runs older than their timeout for
+		// dead (none, with no timeout): the attempt's context ends at
+		// RescueAfter, which does not stop its turn (a session's turn
+		// outlives its caller; timeoutMs and the runner's limits do).
+		JobTimeout:           cfg.RescueAfter,
 		RescueStuckJobsAfter: cfg.RescueAfter,
 		MaxAttempts:          cfg.MaxAttempts,
 		// Ended runs are kept a week: GET /v1/jobs reads our own rows,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -86,6 +87,11 @@ func (q *Queue) work(ctx context.Context, a runArgs, last bool) error {
 	if rec.Status == jobs.Cancelled {
 		return riverqueue.JobCancel(errors.New("job cancelled"))
 	}
+	for _, at := range rec.Attempts {
+		if at.Run == a.Run && at.Outcome != outRunning && at.Outcome != outPaused && at.Outcome != outRetry {
+			return nil // the run ended (a rescued copy of an attempt that finished)
+		}
+	}
 	key := store.SessionKey{ProjectID: rec.ProjectID, SessionID: sessionOf(&rec, a.Run)}
 	if done, err := q.adopt(ctx, &rec, a.Run, key); done || err != nil {
 		return err
@@ -124,8 +130,9 @@ func (q *Queue) work(ctx context.Context, a runArgs, last bool) error {
 		if errors.Is(err, errdefs.ErrConflict) {
 			// The session is busy: an interactive turn, or the turn of a
 			// replica that died and still holds its lease. Not a fault of
-			// the job: look again without spending an attempt.
-			q.endAttempt(ctx, rec.ID, turnID, outRetry, err.Error())
+			// the job: look again without spending an attempt (nor
+			// keeping this one, which ran nothing).
+			q.dropAttempt(ctx, rec.ID, turnID)
 			return riverqueue.JobSnooze(q.cfg.Poll)
 		}
 		if retryable(err) && !last {
@@ -133,6 +140,10 @@ func (q *Queue) work(ctx context.Context, a runArgs, last bool) error {
 		}
 		return q.finish(ctx, a, key, turnID, outFailed, &jobs.Result{Error: err.Error()})
 	}
+
+	// This replica holds the session now: an earlier attempt still
+	// marked running belonged to a replica that is gone.
+	q.supersede(ctx, rec.ID, a.Run, turnID)
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -288,9 +299,9 @@ func (q *Queue) adopt(ctx context.Context, rec *record, run int, key store.Sessi
 		if view.Running {
 			return true, riverqueue.JobSnooze(q.cfg.Poll)
 		}
-		// Held by a replica that is gone: the next turn waits for its
-		// lease to lapse (Start refuses with a conflict until then).
-		q.endAttempt(ctx, rec.ID, prev.TurnID, outRetry, "the replica running it is gone")
+		// Running on another replica, alive or gone: a new attempt's
+		// Start is refused (a conflict) while that replica's lease holds,
+		// and once it lapsed the turn is that replica's no more.
 		return false, nil
 	}
 	res := &jobs.Result{OK: tv.Status == string(store.TurnCompleted), StopReason: tv.StopReason, Error: tv.Error, Usage: &tv.Usage}
@@ -315,7 +326,7 @@ func pendingID(v runner.SessionView) string {
 // park records a run waiting for a person's approval and looks again
 // later: the answer comes through the session's interactions route.
 func (q *Queue) park(ctx context.Context, rec *record, a runArgs, turnID, iid string) error {
-	r, err := q.tab.update(ctx, rec.ID, q.cfg.Now, func(r *record) error {
+	r, err := q.tab.update(context.WithoutCancel(ctx), rec.ID, q.cfg.Now, func(r *record) error {
 		r.Status, r.InteractionID = jobs.WaitingApproval, iid
 		setAttempt(r, turnID, outPaused, "")
 		return nil
@@ -344,6 +355,38 @@ func (q *Queue) endAttempt(ctx context.Context, id, turnID, outcome, msg string)
 		setAttempt(r, turnID, outcome, msg)
 		if outcome == outRetry && r.Status != jobs.Cancelled {
 			r.Status = jobs.Retrying
+		}
+		return nil
+	})
+	if err != nil {
+		q.log.Warn("job attempt not recorded", "job", id, "turn", turnID, "error", err)
+	}
+}
+
+// dropAttempt removes an attempt that ran nothing.
+func (q *Queue) dropAttempt(ctx context.Context, id, turnID string) {
+	_, err := q.tab.update(context.WithoutCancel(ctx), id, q.cfg.Now, func(r *record) error {
+		r.Attempts = slices.DeleteFunc(r.Attempts, func(at jobs.Attempt) bool { return at.TurnID == turnID })
+		return nil
+	})
+	if err != nil {
+		q.log.Warn("job attempt not recorded", "job", id, "turn", turnID, "error", err)
+	}
+}
+
+// supersede marks the run's earlier attempts still shown running as
+// retried: the turn of turnID holds their session now.
+func (q *Queue) supersede(ctx context.Context, id string, run int, turnID string) {
+	_, err := q.tab.update(context.WithoutCancel(ctx), id, q.cfg.Now, func(r *record) error {
+		changed := false
+		for i := range r.Attempts {
+			if at := &r.Attempts[i]; at.Run == run && at.TurnID != turnID && at.Outcome == outRunning {
+				at.Outcome, at.Error = outRetry, "the replica running it stopped before its turn was committed"
+				changed = true
+			}
+		}
+		if !changed {
+			return errUnchanged
 		}
 		return nil
 	})
