@@ -2,17 +2,7 @@ package filetree
 
 import (
 	"time"
-
-	"golang.org/x/sys/unix"
 )
-
-// InjectOverflow queues what the kernel reports when its event queue
-// overflowed.
-func (n *Notifier) InjectOverflow() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.event(-1, unix.IN_Q_OVERFLOW, "")
-}
 
 // SetAddWatch replaces inotify_add_watch.
 func (n *Notifier) SetAddWatch(f func(fd int, path string, mask uint32) (int, error)) {

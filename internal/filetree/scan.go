@@ -304,7 +304,7 @@ func (s *scanner) dir(n *node) ([]*node, error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, fmt.Errorf("scan %s: %w", s.abs(n.rel), err)
 	}
-	n.dev, n.ino = st.Dev, st.Ino
+	n.dev, n.ino = uint64(st.Dev), st.Ino // Dev is int32 on darwin
 	names, err := readNames(fd)
 	if err != nil {
 		return nil, fmt.Errorf("scan %s: %w", s.abs(n.rel), err)
@@ -375,7 +375,7 @@ func (s *scanner) entry(dirfd int, name, rel string, linked *bool) (e Entry, dir
 		}
 		return Entry{}, nil, false, fmt.Errorf("scan %s: %w", s.abs(rel), err)
 	}
-	e = Entry{Path: rel, Mode: modeBits(st.Mode)}
+	e = Entry{Path: rel, Mode: modeBits(uint32(st.Mode))}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
 		e.Kind, e.Size, e.MTime = File, st.Size, st.Mtim.Nano()
@@ -397,7 +397,7 @@ func (s *scanner) entry(dirfd int, name, rel string, linked *bool) (e Entry, dir
 		s.hashed.Add(1)
 	case unix.S_IFDIR:
 		e.Kind = Dir
-		return e, &node{rel: rel, dev: st.Dev, ino: st.Ino}, true, nil
+		return e, &node{rel: rel, dev: uint64(st.Dev), ino: st.Ino}, true, nil
 	case unix.S_IFLNK:
 		t, err := readlinkAt(dirfd, name)
 		if err != nil {

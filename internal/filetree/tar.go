@@ -61,7 +61,7 @@ func Export(root string, paths []string, w io.Writer) error {
 			}
 			return fmt.Errorf("export %s: %w", rel, err)
 		}
-		hdr := &tar.Header{Name: rel, Mode: int64(modeBits(st.Mode)), ModTime: time.Unix(0, st.Mtim.Nano()), Format: tar.FormatPAX}
+		hdr := &tar.Header{Name: rel, Mode: int64(modeBits(uint32(st.Mode))), ModTime: time.Unix(0, st.Mtim.Nano()), Format: tar.FormatPAX}
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFREG:
 			if err := exportFile(dirfd, name, rel, hdr, tw); err != nil {

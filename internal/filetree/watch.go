@@ -8,13 +8,9 @@ import (
 	"os"
 	"path"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 )
 
 // A Watch follows a tree on this machine's disk with inotify, so that a
@@ -42,6 +38,9 @@ import (
 // the next full scan (FullEvery): writes through a shared mmap, changes
 // made on another machine to a network filesystem, and changes below a
 // mount point inside the tree made through another mount of it.
+//
+// inotify is Linux's (watch_linux.go); elsewhere a Watch follows nothing
+// and each of its scans reads the whole tree, saying so in Result.Full.
 type Watch struct {
 	n       *Notifier
 	root    string
@@ -75,10 +74,6 @@ const FullEvery = 10 * time.Minute
 // maxDirty is the number of changed directories past which a scan reads
 // the whole tree rather than remember each.
 const maxDirty = 1 << 16
-
-const watchMask = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MODIFY | unix.IN_ATTRIB | unix.IN_CLOSE_WRITE |
-	unix.IN_MOVED_FROM | unix.IN_MOVED_TO | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF |
-	unix.IN_DONT_FOLLOW | unix.IN_ONLYDIR | unix.IN_EXCL_UNLINK
 
 // Notifier is one inotify instance shared by many watches (the kernel
 // allows each user only a few instances, fs.inotify.max_user_instances).
@@ -114,60 +109,12 @@ func (n *Notifier) Watch(root string, opt ScanOptions) (*Watch, error) {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.f == nil {
-		initFn := n.init
-		if initFn == nil {
-			initFn = func() (int, error) { return unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC) }
-		}
-		fd, err := initFn()
-		if err != nil {
-			return nil, fmt.Errorf("watch %s: inotify: %w (fs.inotify.max_user_instances)", root, err)
-		}
-		f := os.NewFile(uintptr(fd), "inotify")
-		rc, err := f.SyscallConn()
-		if err != nil {
-			f.Close()
-			return nil, fmt.Errorf("watch %s: %w", root, err)
-		}
-		n.f, n.rc, n.done, n.wds = f, rc, make(chan struct{}), map[int32]dirWatch{}
-		if n.buf == nil {
-			n.buf = make([]byte, 64<<10)
-		}
-		go n.read(f, rc, n.done)
+	broken, err := n.openLocked(root)
+	if err != nil {
+		return nil, err
 	}
 	n.watches++
-	return &Watch{n: n, root: root, exclude: slices.Clone(opt.Exclude), dirty: map[string]bool{}, fresh: map[string]bool{}, wdOf: map[string]int32{}}, nil
-}
-
-// read drains the descriptor whenever it is readable, until it is closed.
-func (n *Notifier) read(f *os.File, rc syscall.RawConn, done chan struct{}) {
-	defer close(done)
-	_ = rc.Read(func(fd uintptr) bool {
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		if n.f != f {
-			return true
-		}
-		n.drainLocked(int(fd))
-		return false // wait until readable again
-	})
-}
-
-func (n *Notifier) drainLocked(fd int) {
-	for {
-		c, err := unix.Read(fd, n.buf)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if errors.Is(err, unix.EAGAIN) {
-			return
-		}
-		if err != nil || c <= 0 {
-			n.allFullLocked(fmt.Sprintf("reading inotify events failed: %v", err))
-			return
-		}
-		n.events(n.buf[:c])
-	}
+	return &Watch{n: n, root: root, exclude: slices.Clone(opt.Exclude), dirty: map[string]bool{}, fresh: map[string]bool{}, wdOf: map[string]int32{}, broken: broken}, nil
 }
 
 func (n *Notifier) allFullLocked(why string) {
@@ -177,63 +124,6 @@ func (n *Notifier) allFullLocked(why string) {
 			seen[dw.w] = true
 			dw.w.markFullLocked(why)
 		}
-	}
-}
-
-func (n *Notifier) events(b []byte) {
-	for len(b) >= unix.SizeofInotifyEvent {
-		ev := (*unix.InotifyEvent)(unsafe.Pointer(&b[0]))
-		end := unix.SizeofInotifyEvent + int(ev.Len)
-		if end > len(b) {
-			return
-		}
-		name := string(b[unix.SizeofInotifyEvent:end])
-		if i := strings.IndexByte(name, 0); i >= 0 {
-			name = name[:i]
-		}
-		n.event(ev.Wd, ev.Mask, name)
-		b = b[end:]
-	}
-}
-
-func (n *Notifier) event(wd int32, mask uint32, name string) {
-	if mask&unix.IN_Q_OVERFLOW != 0 {
-		n.allFullLocked("the kernel's inotify queue overflowed (fs.inotify.max_queued_events): events were lost")
-		return
-	}
-	dw, ok := n.wds[wd]
-	if !ok {
-		return
-	}
-	w, rel := dw.w, dw.rel
-	switch {
-	case mask&unix.IN_IGNORED != 0:
-		delete(n.wds, wd)
-		if w.wdOf[rel] == wd {
-			delete(w.wdOf, rel)
-		}
-		w.gone(rel)
-		return
-	case mask&(unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_UNMOUNT) != 0:
-		w.gone(rel)
-		return
-	case name == "":
-		// The directory's own metadata: its entry is in its parent.
-		if rel != "" {
-			w.mark(parent(rel))
-		}
-		return
-	}
-	child := name
-	if rel != "" {
-		child = rel + "/" + name
-	}
-	if Excluded(child, w.exclude) {
-		return
-	}
-	w.mark(rel)
-	if mask&unix.IN_ISDIR != 0 && mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0 {
-		w.fresh[child] = true
 	}
 }
 
@@ -277,19 +167,11 @@ func (w *Watch) watchDir(rel string) error {
 	if n.f == nil || w.closed {
 		return errWatchClosed
 	}
-	add := n.addWatch
-	if add == nil {
-		add = unix.InotifyAddWatch
-	}
 	abs := w.root
 	if rel != "" {
 		abs += "/" + rel
 	}
-	var wd int
-	var err error
-	if cerr := n.rc.Control(func(fd uintptr) { wd, err = add(int(fd), abs, watchMask) }); cerr != nil {
-		err = cerr
-	}
+	id, err := n.addLocked(abs)
 	if err != nil {
 		if gone(err) {
 			if rel == "" {
@@ -297,12 +179,8 @@ func (w *Watch) watchDir(rel string) error {
 			}
 			return nil
 		}
-		if errors.Is(err, unix.ENOSPC) {
-			return errWatchLimit
-		}
-		return fmt.Errorf("watch %s: %w", abs, err)
+		return err
 	}
-	id := int32(wd)
 	if old, ok := n.wds[id]; ok {
 		switch {
 		case old.w != w:
@@ -326,14 +204,6 @@ var (
 	errWatchClosed = errors.New("watch closed")
 )
 
-// rmLocked stops the kernel watch wd.
-func (n *Notifier) rmLocked(wd int32) {
-	delete(n.wds, wd)
-	if n.f != nil {
-		_ = n.rc.Control(func(fd uintptr) { _, _ = unix.InotifyRmWatch(int(fd), uint32(wd)) })
-	}
-}
-
 // Scan lists the watched root as Scan would, reading only the directories
 // changed since the previous Scan. Known and TrustBefore come from opt;
 // what is excluded is the watch's.
@@ -350,10 +220,8 @@ func (w *Watch) Scan(ctx context.Context, opt ScanOptions) (Result, error) {
 		n.mu.Unlock()
 		return Result{}, errWatchClosed
 	}
-	if n.f != nil {
-		// Every event queued before this scan reads anything is taken now.
-		_ = n.rc.Control(func(fd uintptr) { n.drainLocked(int(fd)) })
-	}
+	// Every event queued before this scan reads anything is taken now.
+	n.takeLocked()
 	dirty, fresh, full, broken := w.dirty, w.fresh, w.full, w.broken
 	w.dirty, w.fresh, w.full = map[string]bool{}, map[string]bool{}, ""
 	n.mu.Unlock()

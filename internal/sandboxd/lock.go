@@ -118,7 +118,7 @@ func lockHolder(f *os.File) int {
 		if len(fs) < 6 || fs[1] != "FLOCK" || fs[2] == "->" || !strings.HasSuffix(fs[5], suffix) {
 			continue
 		}
-		if !sameDev(fs[5], st.Dev) {
+		if !sameDev(fs[5], uint64(st.Dev)) { // Dev is int32 on darwin
 			continue
 		}
 		if pid, err := strconv.Atoi(fs[4]); err == nil && pid > 0 {

@@ -198,10 +198,11 @@ func (m *Mounter) start(ctx context.Context, store string, lb workspace.Loopback
 	defer logf.Close() // rclone has its own descriptor once started
 	mp.log = logf.Name()
 	cmd.Stdout, cmd.Stderr = logf, logf
-	// rclone unmounts on SIGTERM: sent when the runner dies, so a killed
-	// runner leaves no mount behind. The signal follows the thread that
-	// started the child, so that thread stays locked until rclone exits.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
+	// rclone unmounts on SIGTERM: sent when the runner dies (on Linux,
+	// procattr_linux.go), so a killed runner leaves no mount behind. The
+	// signal follows the thread that started the child, so that thread
+	// stays locked until rclone exits.
+	cmd.SysProcAttr = procAttr()
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
