@@ -60,6 +60,10 @@ func run(ctx context.Context, args []string, environ []string, stdin io.Reader, 
 		// Started by a harness inside a sandbox: relays MCP to the runner,
 		// over the relay socket (local) or the in-sandbox daemon (remote).
 		return mcpStdio(ctx, args[1:], envLookup(environ), stdin, stdout, stderr)
+	case local.NetSetupCommand:
+		// Run by the local provider through nsenter, in a sandbox's
+		// network namespace: installs its nftables table.
+		return local.NetSetupMain()
 	case "sandbox-proxy-bridge":
 		// Inside a local sandbox with a network allowlist: bridges the
 		// harness's proxy port to the runner's proxy socket.

@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 	// that binary is this one.
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
-		case "sandbox-proxy-bridge", "mcp-stdio", "sandboxd", "channel-forward":
+		case "sandbox-proxy-bridge", "mcp-stdio", "sandboxd", "channel-forward", "sandbox-net-setup":
 			os.Exit(run(context.Background(), os.Args[1:], os.Environ(), os.Stdin, os.Stdout, os.Stderr))
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -33,6 +34,9 @@ import (
 func TestMain(m *testing.M) {
 	agenttest.MaybeRun()
 	platformtest.MaybeServe()
+	if len(os.Args) > 1 && os.Args[1] == local.NetSetupCommand {
+		os.Exit(local.NetSetupMain()) // bwrap sandboxes (the benchmarks) re-run this binary
+	}
 	goleak.VerifyTestMain(m, leaktest.Global()...)
 }
 

@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "sandbox-proxy-bridge" {
 		os.Exit(local.ProxyBridgeMain(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == local.NetSetupCommand {
+		os.Exit(local.NetSetupMain())
+	}
 	os.Exit(m.Run())
 }
 

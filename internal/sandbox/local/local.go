@@ -141,6 +141,9 @@ var (
 // fails with the cause and the ways out otherwise; it never falls back to a
 // weaker isolation.
 func New(cfg Config) (*Provider, error) {
+	if os.Getenv(netSetupEnv) == "1" {
+		return nil, fmt.Errorf("this process was started as a sandbox's network installer (%s) but its main did not dispatch that to local.NetSetupMain", NetSetupCommand)
+	}
 	if cfg.Isolation == "" {
 		cfg.Isolation = IsolationBwrap
 	}

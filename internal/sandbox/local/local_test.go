@@ -26,6 +26,9 @@ func TestMain(m *testing.M) {
 		if os.Args[1] == "proxy-bridge" {
 			os.Exit(local.ProxyBridgeMain(os.Args[2:]))
 		}
+		if os.Args[1] == local.NetSetupCommand {
+			os.Exit(local.NetSetupMain())
+		}
 		if h, ok := helpers[os.Args[1]]; ok {
 			os.Exit(h(os.Args[2:]))
 		}
@@ -170,4 +173,15 @@ func newRunAsWith(t testing.TB, mod func(*local.Config)) *local.Provider {
 
 func TestConformanceBwrapRunAs(t *testing.T) {
 	sandboxtest.Run(t, func(t *testing.T) sandbox.Provider { return newRunAs(t) })
+}
+
+// A binary the provider ran again as its network installer, whose main
+// did not dispatch NetSetupCommand, must not go on to start sandboxes of
+// its own inside the sandbox's network namespace.
+func TestNewRefusesInAnUndispatchedInstaller(t *testing.T) {
+	t.Setenv("AGENTA_RUNNER_INTERNAL_NET_SETUP", "1")
+	_, err := local.New(local.Config{Dir: t.TempDir(), Isolation: local.IsolationNone})
+	if err == nil || !strings.Contains(err.Error(), local.NetSetupCommand) {
+		t.Fatalf("New in an installer's environment: %v, want a refusal naming %s", err, local.NetSetupCommand)
+	}
 }

@@ -170,27 +170,27 @@ func toPort(ap netip.AddrPort, proto byte) []expr.Any {
 	)
 }
 
-// netSetupEnv set to 1 makes any binary that links this package the
-// installer of a sandbox's nftables table (netSetupMain) instead of itself:
-// the provider runs its own binary again that way, so the runner, and every
-// test binary, carries the installer without a subcommand to wire.
+// NetSetupCommand is the first argument with which the provider runs its
+// own binary (os.Executable), through nsenter, as the installer of a
+// sandbox's nftables table: the binary's main must dispatch it to
+// NetSetupMain before anything else, and so must the TestMain of every
+// test binary that starts sandboxes with network "on".
+const NetSetupCommand = "sandbox-net-setup"
+
+// netSetupEnv marks the installer's environment, so that a binary that
+// failed to dispatch NetSetupCommand refuses to make a provider (New)
+// instead of running as itself inside a sandbox's network namespace.
 const netSetupEnv = "AGENTA_RUNNER_INTERNAL_NET_SETUP"
 
-func init() {
-	if os.Getenv(netSetupEnv) == "1" {
-		os.Exit(netSetupMain())
-	}
-}
-
-// netSetupMain runs through nsenter inside the sandbox's user namespace
-// (which the runner's uid owns, so it needs no privilege in the host's) and
-// network namespace, before the sandbox's command runs; the sandbox itself
+// NetSetupMain is the installer (NetSetupCommand). It runs through
+// nsenter inside the sandbox's user namespace (which the runner's uid
+// owns, so it needs no privilege in the host's) and network namespace, before the sandbox's command runs; the sandbox itself
 // never holds a capability that could change the table. On stdin: the
 // policy as one JSON line, then "tap" once slirp4netns made its device.
 // It installs the table while slirp4netns starts, then configures IPv6 on
 // the device and prints "ready". With a dynamic policy it then adds the
 // addresses of each further line, printing "ok" for each.
-func netSetupMain() int {
+func NetSetupMain() int {
 	in := bufio.NewScanner(os.Stdin)
 	var pol netPolicy
 	if !in.Scan() {

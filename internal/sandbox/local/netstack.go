@@ -50,7 +50,7 @@ const (
 type netstack struct {
 	slirp   string
 	nsenter string
-	setup   string // the installer: this binary, run with netSetupEnv set
+	setup   string // the installer: this binary, run as NetSetupCommand
 	resolv  string // the sandbox's /etc/resolv.conf, naming slirp's DNS
 	// resolvAllow names the runner's DNS forwarder (network "allowlist").
 	resolvAllow string
@@ -287,7 +287,7 @@ func (n *netstack) attach(pid int, blockFD, root string, pol netPolicy) (*netAtt
 	// up the sandbox. --preserve-credentials: the runner's uid is already
 	// the user namespace's root (bwrap maps it to 0 there), and setgroups
 	// is denied.
-	setup := exec.Command(n.nsenter, "--user=/proc/self/fd/3", "--net=/proc/self/fd/4", "--preserve-credentials", "--", n.setup)
+	setup := exec.Command(n.nsenter, "--user=/proc/self/fd/3", "--net=/proc/self/fd/4", "--preserve-credentials", "--", n.setup, NetSetupCommand)
 	setup.Env = []string{netSetupEnv + "=1"}
 	setup.ExtraFiles = []*os.File{userns, netns}
 	errTail := newTail(4 << 10)
