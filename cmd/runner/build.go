@@ -22,7 +22,6 @@ import (
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandbox/daytona"
 	"github.com/agentrunner/runner/internal/sandbox/egress"
-	"github.com/agentrunner/runner/internal/sandbox/local"
 	"github.com/agentrunner/runner/internal/store"
 	"github.com/agentrunner/runner/internal/store/postgres"
 	"github.com/agentrunner/runner/internal/store/sqlite"
@@ -283,43 +282,6 @@ func newDaytona(cfg config.Config, replica string, log *slog.Logger) (*daytona.P
 		Version:           version,
 		RunnerID:          replica,
 	}, log)
-}
-
-// newLocal builds the local provider. This binary doubles as the
-// in-sandbox proxy bridge that network mode "allowlist" needs.
-func newLocal(cfg config.Config, eg *egress.Policy, log *slog.Logger) (*local.Provider, error) {
-	exe, err := runnerBinary()
-	if err != nil {
-		return nil, fmt.Errorf("proxy bridge: %w", err)
-	}
-	limit := func(n int) int {
-		if n == 0 {
-			return local.NoLimit
-		}
-		return n
-	}
-	cpus := cfg.Local.CPUs
-	if cpus == 0 {
-		cpus = local.NoLimit
-	}
-	return local.New(local.Config{
-		Dir:         filepath.Join(cfg.DataDir, "sandboxes"),
-		DataDir:     cfg.DataDir,
-		Isolation:   cfg.Local.Isolation,
-		Bwrap:       cfg.Local.Bwrap,
-		Hide:        cfg.RunnerPaths(),
-		MemoryMB:    limit(cfg.Local.MemoryMB),
-		Pids:        limit(cfg.Local.Pids),
-		CPUs:        cpus,
-		DiskMB:      limit(cfg.Local.DiskMB),
-		ReserveMB:   limit(cfg.Local.DiskReserveMB),
-		ProxyBridge: []string{exe, "sandbox-proxy-bridge"},
-		SandboxUID:  cfg.Local.UID,
-		SandboxGID:  cfg.Local.GID,
-		Network:     cfg.Local.Network,
-		Egress:      eg,
-		Logger:      log,
-	})
 }
 
 // runnerBinary is this binary's own path: sandboxes run it again as

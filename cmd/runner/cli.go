@@ -9,7 +9,6 @@ import (
 
 	"github.com/mattn/go-isatty"
 
-	"github.com/agentrunner/runner/internal/sandbox/local"
 	"github.com/agentrunner/runner/internal/sandboxd"
 	"github.com/agentrunner/runner/internal/tools/relay"
 )
@@ -60,14 +59,6 @@ func run(ctx context.Context, args []string, environ []string, stdin io.Reader, 
 		// Started by a harness inside a sandbox: relays MCP to the runner,
 		// over the relay socket (local) or the in-sandbox daemon (remote).
 		return mcpStdio(ctx, args[1:], envLookup(environ), stdin, stdout, stderr)
-	case local.NetSetupCommand:
-		// Run by the local provider through nsenter, in a sandbox's
-		// network namespace: installs its nftables table.
-		return local.NetSetupMain()
-	case "sandbox-proxy-bridge":
-		// Inside a local sandbox with a network allowlist: bridges the
-		// harness's proxy port to the runner's proxy socket.
-		return local.ProxyBridgeMain(args[1:])
 	case "channel-forward":
 		// Inside a remote sandbox: the harness's loopback door to the
 		// runner's key gateway.
@@ -81,6 +72,10 @@ func run(ctx context.Context, args []string, environ []string, stdin io.Reader, 
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
+	}
+	// The commands a local sandbox runs this binary for (local_linux.go).
+	if code, ok := localCommand(args); ok {
+		return code
 	}
 	fmt.Fprintf(stderr, "runner: unknown command %q\n\n%s", args[0], usage)
 	return 2
