@@ -15,6 +15,8 @@ type pkg struct {
 	Doc        string
 	Imports    []string
 	Name       string
+	Dir        string
+	GoFiles    []string
 }
 
 func list(t *testing.T) []pkg {

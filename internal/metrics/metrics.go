@@ -76,6 +76,12 @@ type Checkpoints interface {
 // Nop observes nothing: the zero value of every hook.
 type Nop struct{}
 
+var (
+	_ Observer    = Nop{}
+	_ Platform    = Nop{}
+	_ Checkpoints = Nop{}
+)
+
 func (Nop) TurnEnded(Turn)                                  {}
 func (Nop) FirstEvent(string, string, Start, time.Duration) {}
 func (Nop) ToolCall(string, string)                         {}

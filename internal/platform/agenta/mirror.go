@@ -93,6 +93,11 @@ func (m *Mirror) Begin(ctx context.Context, b platform.TurnBegin) platform.TurnO
 	return t
 }
 
+var (
+	_ platform.TurnObserver      = (*turnMirror)(nil)
+	_ platform.AttachmentFetcher = (*turnMirror)(nil)
+)
+
 // turnMirror mirrors one turn. Its methods only queue work; the queued
 // jobs run one at a time on the session's lane, so the record state
 // below needs no lock.

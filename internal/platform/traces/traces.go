@@ -152,6 +152,11 @@ func (t *Tracer) Begin(ctx context.Context, b platform.TurnBegin) platform.TurnO
 	return &turnTrace{t: t, agent: agent, turn: turn, ctx: tctx, content: tel.CaptureContent(), tools: map[string]trace.Span{}}
 }
 
+var (
+	_ platform.TurnObserver    = (*turnTrace)(nil)
+	_ platform.TraceIdentifier = (*turnTrace)(nil)
+)
+
 // turnTrace traces one turn. Event and End run on the turn's path, in
 // order.
 type turnTrace struct {

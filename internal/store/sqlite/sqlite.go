@@ -58,6 +58,7 @@ var (
 	_ store.Store        = (*Store)(nil)
 	_ store.ReplicaLocal = (*Store)(nil)
 	_ store.Prober       = (*Store)(nil)
+	_ store.TurnWriter   = (*Store)(nil)
 	_ fmt.Stringer       = (*Store)(nil)
 )
 
