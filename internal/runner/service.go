@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentrunner/runner/internal/agent"
 	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/eventlog"
 	"github.com/agentrunner/runner/internal/gateway"
 	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/metrics"
@@ -137,7 +138,7 @@ type Service struct {
 	driver    agent.Driver
 	store     store.Store
 	pools     map[string]*pool.Pool // by provider; absent = no keep-alive
-	hubs      hubs
+	hubs      eventlog.Hubs
 	health    storeHealth // storewatch.go
 	log       *slog.Logger
 
@@ -179,7 +180,7 @@ func New(cfg Config, providers []sandbox.Provider, driver agent.Driver, st store
 		}
 	}
 	if cfg.EventCommitDelay <= 0 {
-		cfg.EventCommitDelay = defaultCommitDelay
+		cfg.EventCommitDelay = eventlog.DefaultCommitDelay
 	}
 	if cfg.TeardownTimeout <= 0 {
 		cfg.TeardownTimeout = 10 * time.Second

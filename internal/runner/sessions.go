@@ -144,10 +144,10 @@ func (s *Service) Events(ctx context.Context, k store.SessionKey, after int64, f
 		// Subscribe before reading the backlog, so nothing falls between:
 		// what was published before and is not committed yet comes with
 		// the subscription.
-		h := s.hubs.acquire(k)
-		defer h.release()
-		live, unsaved = h.subscribe()
-		defer h.unsubscribe(live)
+		h := s.hubs.Acquire(k)
+		defer h.Release()
+		live, unsaved = h.Subscribe()
+		defer h.Unsubscribe(live)
 	}
 	const page = 1000
 	last := after

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentrunner/runner/internal/agent"
 	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/eventlog"
 	"github.com/agentrunner/runner/internal/gateway"
 	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/platform"
@@ -41,13 +42,13 @@ type turn struct {
 	// result's sessionId when the caller sent none, as the reference does.
 	agentSession string
 	index        int // ledger index, -1 without a session
-	evlog        *eventLog
+	evlog        *eventlog.Log
 	// beginErr is set when the ledger refused the turn's begin, which
 	// rides in its events' commit; storeErr when its commit failed (or
 	// the begin was refused): the turn then fails.
 	beginErr error
 	storeErr error
-	hub      *hub // the session's followers, set with evlog
+	hub      *eventlog.Hub // the session's followers, set with evlog
 	watch    *watchdog
 	// leaseUntil is when the session lease this turn holds runs out.
 	leaseUntil time.Time
@@ -160,10 +161,10 @@ func (t *turn) record(ev wire.Event, live bool) {
 	if !ev.Transient && t.evlog != nil {
 		t.seq++
 		seq = t.seq
-		t.evlog.add(store.Event{Seq: seq, TurnIndex: t.index, Time: time.Now(), Event: ev})
+		t.evlog.Add(store.Event{Seq: seq, TurnIndex: t.index, Time: time.Now(), Event: ev})
 		// Followers get every logged record, in sequence order (hence
 		// under the lock; publish never blocks).
-		t.hub.publish(wire.Record{Kind: wire.RecordEvent, Seq: seq, Event: &ev})
+		t.hub.Publish(wire.Record{Kind: wire.RecordEvent, Seq: seq, Event: &ev})
 	}
 	t.mu.Unlock()
 	if live && t.sink != nil {
@@ -379,9 +380,8 @@ func (t *turn) begin(ctx context.Context) ([]wire.Message, error) {
 	t.begun = sess
 	t.mu.Lock()
 	t.seq = sess.LastSeq
-	t.evlog = newEventLog(st, t.key, t.log, begin, t.svc.cfg.EventCommitDelay)
-	t.hub = t.svc.hubs.acquire(t.key) // released by settle
-	t.evlog.saved = t.hub.committed
+	t.hub = t.svc.hubs.Acquire(t.key) // released by settle
+	t.evlog = eventlog.New(st, t.key, eventlog.Options{Log: t.log, Begin: begin, Delay: t.svc.cfg.EventCommitDelay, Saved: t.hub.Committed})
 	t.mu.Unlock()
 	t.record(wire.Event{Type: wire.EventMessage, Role: "user", Text: p.tailText}, false)
 	t.observe(ctx)
@@ -671,7 +671,7 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 				t.svc.retryOutcome(rec, t.storeErr)
 			}
 		}
-		t.hub.release() // done is the last record it publishes
+		t.hub.Release() // done is the last record it publishes
 		if err == nil && t.storeErr != nil {
 			err = t.storeErr // its harness is not kept
 		}

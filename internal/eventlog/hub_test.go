@@ -1,4 +1,4 @@
-package runner
+package eventlog
 
 import (
 	"testing"
@@ -13,26 +13,26 @@ import (
 // log committed them gets them with its subscription; committed ones it
 // reads from the log, so the hub lets them go.
 func TestHubHandsUncommittedEventsToNewFollowers(t *testing.T) {
-	var h hubs
-	x := h.acquire(store.SessionKey{SessionID: "s"})
+	var h Hubs
+	x := h.Acquire(store.SessionKey{SessionID: "s"})
 	for seq := int64(1); seq <= 3; seq++ {
-		x.publish(rec(seq))
+		x.Publish(rec(seq))
 	}
-	ch, unsaved := x.subscribe()
-	defer x.unsubscribe(ch)
+	ch, unsaved := x.Subscribe()
+	defer x.Unsubscribe(ch)
 	if diff := cmp.Diff([]int64{1, 2, 3}, seqs(unsaved)); diff != "" {
 		t.Fatalf("uncommitted at subscription (-want +got):\n%s", diff)
 	}
-	x.committed(2)
-	x.publish(rec(4))
-	_, unsaved = x.subscribe()
+	x.Committed(2)
+	x.Publish(rec(4))
+	_, unsaved = x.Subscribe()
 	if diff := cmp.Diff([]int64{3, 4}, seqs(unsaved)); diff != "" {
 		t.Fatalf("after the commit of 2 (-want +got):\n%s", diff)
 	}
 	// Published after its commit (done is): never kept.
-	x.committed(5)
-	x.publish(rec(5))
-	if _, unsaved = x.subscribe(); len(unsaved) != 0 {
+	x.Committed(5)
+	x.Publish(rec(5))
+	if _, unsaved = x.Subscribe(); len(unsaved) != 0 {
 		t.Fatalf("kept %v after everything was committed", seqs(unsaved))
 	}
 }
@@ -61,28 +61,28 @@ func span(from, to int64) []int64 {
 // order, across the ring's wrap and its growth, and a commit drops a
 // prefix wherever the ring's head is.
 func TestHubUnsavedRingKeepsTheNewestInOrder(t *testing.T) {
-	var h hubs
-	x := h.acquire(store.SessionKey{SessionID: "s"})
-	defer x.release()
+	var h Hubs
+	x := h.Acquire(store.SessionKey{SessionID: "s"})
+	defer x.Release()
 	const n = maxUnsaved + 1500
 	for seq := int64(1); seq <= n; seq++ {
-		x.publish(rec(seq))
+		x.Publish(rec(seq))
 	}
-	_, got := x.subscribe()
+	_, got := x.Subscribe()
 	if diff := cmp.Diff(span(n-maxUnsaved+1, n), seqs(got)); diff != "" {
 		t.Fatalf("after %d published (-want +got):\n%s", n, diff)
 	}
 	if cap := len(x.unsaved.buf); cap != maxUnsaved {
 		t.Fatalf("ring holds %d slots, want the bound %d", cap, maxUnsaved)
 	}
-	x.committed(n - 10)
-	x.publish(rec(n + 1))
-	_, got = x.subscribe()
+	x.Committed(n - 10)
+	x.Publish(rec(n + 1))
+	_, got = x.Subscribe()
 	if diff := cmp.Diff(span(n-9, n+1), seqs(got)); diff != "" {
 		t.Fatalf("after the commit of %d (-want +got):\n%s", n-10, diff)
 	}
 	// A commit of everything frees the events it held.
-	x.committed(n + 1)
+	x.Committed(n + 1)
 	for i, r := range x.unsaved.buf {
 		if r.Event != nil {
 			t.Fatalf("slot %d still holds committed seq %d", i, r.Seq)
@@ -92,16 +92,16 @@ func TestHubUnsavedRingKeepsTheNewestInOrder(t *testing.T) {
 
 // A few records cost a few slots, not the bound.
 func TestHubUnsavedRingGrowsOnDemand(t *testing.T) {
-	var h hubs
-	x := h.acquire(store.SessionKey{SessionID: "s"})
-	defer x.release()
+	var h Hubs
+	x := h.Acquire(store.SessionKey{SessionID: "s"})
+	defer x.Release()
 	for seq := int64(1); seq <= 20; seq++ {
-		x.publish(rec(seq))
+		x.Publish(rec(seq))
 		if seq%3 == 0 {
-			x.committed(seq - 1)
+			x.Committed(seq - 1)
 		}
 	}
-	_, got := x.subscribe()
+	_, got := x.Subscribe()
 	if diff := cmp.Diff([]int64{18, 19, 20}, seqs(got)); diff != "" {
 		t.Fatalf("(-want +got):\n%s", diff)
 	}
@@ -113,30 +113,30 @@ func TestHubUnsavedRingGrowsOnDemand(t *testing.T) {
 // A hub goes once nobody holds it and it keeps nothing uncommitted; one
 // that still keeps records waits for their commit.
 func TestHubsPruneIdleHubs(t *testing.T) {
-	var h hubs
-	turn := h.acquire(store.SessionKey{SessionID: "s"})
-	follower := h.acquire(store.SessionKey{SessionID: "s"})
+	var h Hubs
+	turn := h.Acquire(store.SessionKey{SessionID: "s"})
+	follower := h.Acquire(store.SessionKey{SessionID: "s"})
 	if turn != follower {
 		t.Fatal("two hubs for one session")
 	}
-	turn.publish(rec(1))
-	turn.release()
-	follower.release()
+	turn.Publish(rec(1))
+	turn.Release()
+	follower.Release()
 	if len(h.m) != 1 {
 		t.Fatalf("hub with an uncommitted record dropped (%d hubs)", len(h.m))
 	}
-	turn.committed(1)
+	turn.Committed(1)
 	if len(h.m) != 0 {
 		t.Fatalf("%d hubs after the last commit, want 0", len(h.m))
 	}
 	// A committed hub that someone still holds stays.
-	x := h.acquire(store.SessionKey{SessionID: "t"})
-	x.publish(rec(1))
-	x.committed(1)
+	x := h.Acquire(store.SessionKey{SessionID: "t"})
+	x.Publish(rec(1))
+	x.Committed(1)
 	if len(h.m) != 1 {
 		t.Fatalf("held hub dropped")
 	}
-	x.release()
+	x.Release()
 	if len(h.m) != 0 {
 		t.Fatalf("%d hubs after release, want 0", len(h.m))
 	}
