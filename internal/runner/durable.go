@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path"
 	"path/filepath"
 	"strings"
@@ -79,11 +80,15 @@ func (d *durable) treeOf(i int) workspace.Tree {
 	return workspace.Watched(d.tree, d.mounts[i].Root, d.watches[i])
 }
 
-// close stops following the trees (the sandbox is released).
+// release stops following the trees and unmounts the working directory
+// (the sandbox is released): the durable workspace stage's undo.
+func (d *durable) release(ctx context.Context, log *slog.Logger, sandboxID string) {
+	d.close()
+	d.unmount(ctx, log, sandboxID) // durable_fuse.go
+}
+
+// close stops following the trees.
 func (d *durable) close() {
-	if d == nil {
-		return
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for i, w := range d.watches {
@@ -101,26 +106,27 @@ func (t *turn) workspaceTarget() workspace.Target {
 
 // acquireWorkspace restores the session's durable files into a new
 // sandbox (cold turns), before anything else is written there.
-func (t *turn) acquireWorkspace(ctx context.Context, lv *live) (err error) {
+func (t *turn) acquireWorkspace(ctx context.Context, lv *live) (undo, error) {
 	res := t.svc.cfg.Workspaces
 	if res == nil || t.key.SessionID == "" || t.svc.cfg.Workdir != "" {
 		// A person's own directory (runner run -workdir) is its own
 		// durable state: never restored over, linked into or synced.
-		return nil
+		return nil, nil
 	}
 	stores, ok, err := res.Resolve(ctx, t.workspaceTarget())
 	if err != nil {
-		return fmt.Errorf("durable workspace: %w", err)
+		return nil, fmt.Errorf("durable workspace: %w", err)
 	}
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	ft, isTree := lv.sb.(sandbox.FileTree)
 	if !isTree {
-		return errdefs.Unprocessablef("durable workspace: provider %s cannot transfer files in bulk; set AGENTA_RUNNER_STORE_URL=off or use another provider", lv.provider)
+		return nil, errdefs.Unprocessablef("durable workspace: provider %s cannot transfer files in bulk; set AGENTA_RUNNER_STORE_URL=off or use another provider", lv.provider)
 	}
 	info := lv.sb.Info()
 	d := &durable{tree: ft}
+	u := func(ctx context.Context, _ string) { d.release(ctx, t.svc.log, info.ID) }
 	d.set(t, stores)
 	exclude := append([]string{"/" + agentLink}, credentialFiles...)
 	agentDir := sandbox.AgentDir(info)
@@ -149,18 +155,12 @@ func (t *turn) acquireWorkspace(ctx context.Context, lv *live) (err error) {
 	}
 	if t.svc.cfg.Mounter != nil { // durable_fuse.go
 		if err := d.mountWorkdir(ctx, t, info, stores); err != nil {
-			return err
+			return u, err
 		}
-		lv.durable = d // released, and so unmounted, if what follows fails
 	}
 	d.bases = make([]workspace.Manifest, len(d.mounts))
 	d.watches = make([]sandbox.TreeWatch, len(d.mounts))
 	if tw, ok := lv.sb.(sandbox.TreeWatcher); ok {
-		defer func() {
-			if err != nil {
-				d.close()
-			}
-		}()
 		for i, m := range d.mounts {
 			if len(m.Include) > 0 {
 				continue // a few harness directories: a full scan is cheap
@@ -177,29 +177,29 @@ func (t *turn) acquireWorkspace(ctx context.Context, lv *live) (err error) {
 	for i, m := range d.mounts {
 		man, st, err := workspace.Restore(ctx, d.treeOf(i), m)
 		if err != nil {
-			return fmt.Errorf("durable workspace: restore %s: %w", m.Name, err)
+			return u, fmt.Errorf("durable workspace: restore %s: %w", m.Name, err)
 		}
 		d.bases[i] = man
 		if m.Name == "transcript" {
 			if err := d.rekeyTranscript(ctx, t, i, t.plan.harness.spec.KeyedDirs, info.Workdir); err != nil {
-				return fmt.Errorf("durable workspace: %w", err)
+				return u, fmt.Errorf("durable workspace: %w", err)
 			}
 		}
 		if m.Name == "workspace" {
 			if err := refuseFuseWritten(ctx, t, m.Store, man); err != nil {
-				return err
+				return u, err
 			}
 		}
 		t.log.Debug("workspace restored", "mount", m.Name, "entries", st.Entries, "copied", st.Transferred, "bytes", st.Bytes, "removed", st.Deleted)
 	}
 	if d.agentDir != "" && d.fuse == nil { // a mount cannot hold the symlink
 		if err := linkAgentFolder(ctx, d.tree, info.Workdir, d.agentDir); err != nil {
-			return fmt.Errorf("durable workspace: %w", err)
+			return u, fmt.Errorf("durable workspace: %w", err)
 		}
 	}
 	t.log.Debug("timing", logkey.Stage, "workspace_restore", logkey.Duration, time.Since(start).Milliseconds())
 	lv.durable = d
-	return nil
+	return u, nil
 }
 
 // set installs a turn's stores (a warm turn brings its own signer) and

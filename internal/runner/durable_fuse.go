@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -103,16 +104,16 @@ func (d *durable) flushMount(ctx context.Context) error {
 	return nil
 }
 
-// unmountWorkspace uploads what is left and unmounts, before the sandbox
-// is paused or destroyed (a destroyed sandbox's directory is removed,
-// which must never reach through the mount into the store).
-func (lv *live) unmountWorkspace(ctx context.Context, s *Service) {
-	if lv.durable == nil || lv.durable.fuse == nil {
+// unmount uploads what is left and unmounts, before the sandbox is
+// paused or destroyed (a destroyed sandbox's directory is removed, which
+// must never reach through the mount into the store).
+func (d *durable) unmount(ctx context.Context, log *slog.Logger, sandboxID string) {
+	if d.fuse == nil {
 		return
 	}
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unmountTimeout)
 	defer cancel()
-	if err := lv.durable.fuse.Unmount(uctx); err != nil {
-		s.log.Error("unmount the durable workspace", logkey.Sandbox, lv.sb.Info().ID, logkey.Error, err)
+	if err := d.fuse.Unmount(uctx); err != nil {
+		log.Error("unmount the durable workspace", logkey.Sandbox, sandboxID, logkey.Error, err)
 	}
 }

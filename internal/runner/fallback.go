@@ -81,7 +81,7 @@ func (t *turn) fallback(ctx context.Context, lv *live, err *error) bool {
 	t.log.Info("sandbox lost before the prompt was delivered; moving the turn to a fresh sandbox", logkey.Sandbox, id, logkey.Error, *err)
 	t.emit(wire.DataEvent("agent-session.fallback", map[string]string{"reason": reasonSandboxGone, "lostSandbox": id}, false))
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.svc.cfg.TeardownTimeout)
-	lv.release(rctx, t.svc, reasonSandboxGone)
+	lv.release(rctx, reasonSandboxGone)
 	cancel()
 	t.lv, t.fellBack = nil, true
 	return true

@@ -192,6 +192,7 @@ type live struct {
 	diagnose  func(context.Context, DiagnoseInput) error
 	durable   *durable  // the synced durable trees, nil without a store
 	parkedAt  time.Time // when it was last parked warm
+	undos     []undo    // its set-up stages' teardown, in setup order (stages.go)
 
 	// mu guards the following.
 	mu    sync.Mutex
@@ -272,7 +273,7 @@ func (t *turn) attempt(ctx context.Context) (lv *live, out agent.Outcome, err er
 		if prior, err = t.prior(ctx); err != nil {
 			return nil, agent.Outcome{}, err
 		}
-		if lv, err = t.cold(ctx, prior); err != nil {
+		if lv, err = t.cold(ctx); err != nil { // stages.go
 			return nil, agent.Outcome{}, err
 		}
 		if lv.sess.Info().Loaded {
@@ -462,128 +463,6 @@ func (lv *live) mismatch(p *plan) (reason, why string) {
 	return "", ""
 }
 
-// cold creates a sandbox and opens a harness session in it: reloading the
-// harness's own transcript when this harness wrote the session's latest
-// completed turn and its state survived, a new session otherwise.
-func (t *turn) cold(ctx context.Context, prior []wire.Message) (*live, error) {
-	p := t.plan
-	prov := t.svc.providers[p.provider]
-	lv := &live{harness: p.harness.spec.Name, provider: p.provider, configFP: configFingerprint(p.req, p.provider), epoch: credentialEpoch(p.env, p.req)}
-	var err error
-	if lv.env, lv.req, lv.route, err = t.hideKeys(); err != nil {
-		return nil, err
-	}
-	var runner []string
-	if lv.route != nil && p.network != "off" {
-		runner = []string{t.svc.cfg.Gateway.Addr()}
-	}
-	if t.key.SessionID != "" {
-		if _, ok := prov.(sandbox.StateRemover); ok {
-			lv.stateKey = poolKey(t.key)
-		}
-	}
-	spec := sandbox.Spec{
-		SessionID: t.key.SessionID,
-		ProjectID: t.key.ProjectID,
-		Network:   sandbox.Network{Mode: p.network, Allow: p.allow, Runner: runner},
-		ReadOnly:  p.req.SandboxPermission != nil && p.req.SandboxPermission.Filesystem == "readonly",
-		StateKey:  lv.stateKey,
-		Labels:    map[string]string{"session": t.key.SessionID, "project": t.key.ProjectID, "replica": t.svc.cfg.ReplicaID},
-		OnEvent: func(name string, data map[string]any) {
-			if cur := lv.turn(); cur != nil {
-				cur.emit(wire.DataEvent(name, data, false))
-			}
-		},
-	}
-	if b, ok := prov.(sandbox.Binder); ok && b.CanBind() {
-		spec.Binds = append(t.svc.toolBinds(), t.svc.cfg.Binds...)
-		spec.Workdir = t.svc.cfg.Workdir
-	} else if t.svc.cfg.Workdir != "" {
-		return nil, errdefs.Unprocessablef("a working directory of this machine (runner run -workdir) needs a sandbox provider that shares its filesystem; %s does not", p.provider)
-	}
-	start := time.Now()
-	sb, reopened := t.reopen(ctx, prov, spec)
-	if sb == nil {
-		var err error
-		if sb, err = prov.Create(ctx, spec); err != nil {
-			return nil, fmt.Errorf("create %s sandbox: %w", p.provider, err)
-		}
-	}
-	lv.sb = sb
-	info := sb.Info()
-	t.log.Debug("timing", logkey.Stage, "sandbox_start", logkey.Duration, time.Since(start).Milliseconds(), logkey.Sandbox, info.ID)
-	t.svc.recordSandbox(info, t.key, store.SandboxRunning)
-
-	fail := func(err error) (*live, error) {
-		lv.release(context.WithoutCancel(ctx), t.svc, pool.ReasonSetupFailed)
-		return nil, err
-	}
-	if err := t.acquireWorkspace(ctx, lv); err != nil { // durable.go
-		return fail(err)
-	}
-	if err := t.writeFiles(ctx, sb); err != nil {
-		return fail(err)
-	}
-	hc, err := t.configure(ctx, sb, lv)
-	if err != nil {
-		return fail(err)
-	}
-	lv.diagnose = hc.Diagnose
-	hspec := p.harness.spec
-	if len(hc.Command) > 0 {
-		hspec.Command = hc.Command
-	}
-	env := t.env(info, lv.env)
-	for _, k := range slices.Sorted(maps.Keys(hc.Env)) {
-		env = append(env, k+"="+hc.Env[k])
-	}
-	env = append(env, lv.workspaceEnv()...)
-	load := ""
-	if lv.stateKey != "" || reopened || lv.transcriptRestored() {
-		// The harness's own transcript survived: in the durable state dir,
-		// or in the sandbox itself.
-		load = t.svc.loadable(ctx, t.key, p.harness.spec.Name)
-	}
-	if t.tools != nil {
-		lv.binding = t.svc.cfg.Tools.Relay.Bind(t.tools, t.log)
-		if ch, ok := sb.(sandbox.Channeler); ok {
-			lv.serveTools(t.svc, ch)
-		}
-	}
-	if lv.route != nil && !t.svc.sharesHost(p.provider) {
-		ch, ok := sb.(sandbox.Channeler)
-		if !ok {
-			return fail(errdefs.Unprocessablef("provider %s cannot reach the runner's key gateway; set AGENTA_RUNNER_KEY_GATEWAY=off to pass keys into its sandboxes", p.provider))
-		}
-		lv.serveModel(t.svc, ch)
-		if err := t.startModelForward(ctx, lv, ch); err != nil {
-			return fail(err)
-		}
-	}
-	start = time.Now()
-	sess, err := t.svc.driver.Open(ctx, sb, agent.Options{
-		Spec:          hspec,
-		Env:           env,
-		Mode:          hc.Mode,
-		Cwd:           info.Workdir,
-		MCPServers:    t.mcpServers(lv),
-		LoadSessionID: load,
-		Permission: func(ctx context.Context, req agent.PermissionRequest) agent.Decision {
-			if cur := lv.turn(); cur != nil {
-				return cur.permission(ctx, req)
-			}
-			return agent.Decision{Allow: false, Reason: "between turns"}
-		},
-		Logger: t.log.With(logkey.Sandbox, info.ID),
-	})
-	if err != nil {
-		return fail(err)
-	}
-	lv.sess = sess
-	t.log.Debug("timing", logkey.Stage, "create_session", logkey.Duration, time.Since(start).Milliseconds(), "loaded", sess.Info().Loaded)
-	return lv, nil
-}
-
 // settle ends the turn: the ledger and event log are written before the
 // result is returned, then the harness is parked warm or released.
 func (t *turn) settle(lv *live, out agent.Outcome, err error) {
@@ -721,7 +600,7 @@ func (t *turn) settle(lv *live, out agent.Outcome, err error) {
 	case errors.Is(err, sandbox.ErrGone):
 		reason = reasonSandboxGone
 	}
-	lv.release(ctx, t.svc, reason)
+	lv.release(ctx, reason)
 	t.svc.releaseLease(t.key)
 }
 
@@ -748,7 +627,7 @@ func (s *Service) park(key store.SessionKey, lv *live, awaiting bool, leaseUntil
 	}
 	lv.parkedAt = time.Now()
 	s.pools[lv.provider].Park(&pool.Entry{Key: poolKey(key), Value: lv, Release: func(ctx context.Context, reason string) {
-		lv.release(ctx, s, reason)
+		lv.release(ctx, reason)
 		s.releaseLease(key)
 	}}, awaiting)
 }
@@ -760,45 +639,6 @@ func (s *Service) releaseLease(k store.SessionKey) {
 	if err := s.store.ReleaseLease(ctx, k, s.cfg.ReplicaID); err != nil {
 		s.log.Warn("release session lease", logkey.Session, k.SessionID, logkey.Project, k.ProjectID, logkey.Error, err)
 	}
-}
-
-// release closes the harness and destroys (or, for a resumable reason on
-// a provider that can, pauses) the sandbox.
-func (lv *live) release(ctx context.Context, s *Service, reason string) {
-	if lv.sess != nil {
-		_ = lv.sess.Close(ctx)
-	}
-	lv.durable.close() // durable.go
-	if lv.forward != nil {
-		_ = lv.forward.Kill()
-	}
-	if lv.channel != nil {
-		lv.channel.stop()
-	}
-	if lv.route != nil {
-		lv.route.Release()
-	}
-	if lv.binding != nil {
-		lv.binding.Close()
-	}
-	lv.unmountWorkspace(ctx, s) // durable_fuse.go
-	info := lv.sb.Info()
-	state := store.SandboxDestroyed
-	if pz, ok := lv.sb.(sandbox.Pauser); ok && pool.Parkable(reason) {
-		if err := pz.Pause(ctx); err == nil {
-			state = store.SandboxPaused
-		} else if !errors.Is(err, errdefs.ErrNotFound) { // gone already: nothing failed
-			s.log.Warn("pause sandbox failed; destroying it", logkey.Sandbox, info.ID, logkey.Error, err)
-		}
-	}
-	if state == store.SandboxDestroyed {
-		if err := lv.sb.Destroy(ctx); err != nil {
-			s.log.Warn("sandbox teardown failed", logkey.Sandbox, info.ID, logkey.Error, err)
-			return
-		}
-	}
-	s.log.Debug("sandbox released", logkey.Sandbox, info.ID, logkey.Reason, reason)
-	s.recordSandbox(info, store.SessionKey{}, state)
 }
 
 // recordSandbox records the sandbox of session k; the zero k keeps the
