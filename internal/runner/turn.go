@@ -259,31 +259,14 @@ func (t *turn) run(ctx context.Context) (out agent.Outcome, err error) {
 
 // attempt runs the turn on the session's warm harness or a cold one.
 func (t *turn) attempt(ctx context.Context) (lv *live, out agent.Outcome, err error) {
-	p := t.plan
-	mode := "new"
-	if t.key.SessionID != "" && !t.fellBack {
-		lv = t.warm()
-		if lv != nil {
-			mode = "warm"
-			t.obs.warm = true
-		}
-	}
-	var prior []wire.Message
-	if lv == nil {
-		if prior, err = t.prior(ctx); err != nil {
-			return nil, agent.Outcome{}, err
-		}
-		if lv, err = t.cold(ctx); err != nil { // stages.go
-			return nil, agent.Outcome{}, err
-		}
-		if lv.sess.Info().Loaded {
-			mode = "load"
-		}
+	lv, how, prior, err := t.acquire(ctx)
+	if err != nil {
+		return nil, agent.Outcome{}, err
 	}
 	t.lv = lv
 	t.agentSession = lv.sess.ID()
 	lv.attach(t)
-	finish := t.checkpoints(ctx, lv, mode == "warm") // durable.go
+	finish := t.checkpoints(ctx, lv, how == acquiredWarm) // durable.go
 	defer func() { err = finish(err) }()
 	if lv.binding != nil {
 		lv.binding.Use(t.tools)
@@ -292,9 +275,9 @@ func (t *turn) attempt(ctx context.Context) (lv *live, out agent.Outcome, err er
 	t.caps = &caps
 	t.emit(wire.DataEvent("agent-status", map[string]string{"phase": "environment_ready"}, true))
 
-	if mode == "warm" && lv.awaiting {
+	if how == acquiredWarm && lv.awaiting {
 		lv.awaiting = false
-		t.record(wire.DataEvent("agent-session", map[string]string{"mode": "resume", "agentSessionId": lv.sess.ID(), "sandbox": lv.sb.Info().ID}, false), true)
+		t.record(agentSessionEvent(acquiredResume, lv), true)
 		out, ok, err := t.resumeWarm(ctx, lv)
 		if ok || err != nil {
 			return lv, out, err
@@ -302,8 +285,49 @@ func (t *turn) attempt(ctx context.Context) (lv *live, out agent.Outcome, err er
 		// The tail answered none of the parked requests: treat it as a new
 		// message on the live session.
 	}
+	blocks, how := t.promptBlocks(lv, how, prior)
+	t.record(agentSessionEvent(how, lv), true)
+	att, err := t.attachmentBlocks(ctx, lv)
+	if err != nil {
+		return lv, agent.Outcome{}, err
+	}
+	blocks = append(blocks, att...)
+	if out, err = lv.sess.Prompt(ctx, blocks, t.fromHarness); err == nil {
+		err = t.diagnose(ctx, lv, out)
+	}
+	out, err = t.clientPause(ctx, out, err)
+	return lv, out, err
+}
+
+// acquire takes the session's warm harness or sets up a cold one, with
+// the conversation the log holds when the caller sent only its newest
+// message and the harness is cold.
+func (t *turn) acquire(ctx context.Context) (lv *live, how acquired, prior []wire.Message, err error) {
+	if t.key.SessionID != "" && !t.fellBack {
+		if lv = t.warm(); lv != nil {
+			t.obs.warm = true
+			return lv, acquiredWarm, nil, nil
+		}
+	}
+	if prior, err = t.prior(ctx); err != nil {
+		return nil, 0, nil, err
+	}
+	if lv, err = t.cold(ctx); err != nil { // stages.go
+		return nil, 0, nil, err
+	}
+	if lv.sess.Info().Loaded {
+		return lv, acquiredLoad, prior, nil
+	}
+	return lv, acquiredNew, prior, nil
+}
+
+// promptBlocks is the prompt for the harness lv: the tail alone for a
+// harness that holds the conversation, else the conversation replayed
+// (how becomes acquiredReplay) or framed for a loaded transcript.
+func (t *turn) promptBlocks(lv *live, how acquired, prior []wire.Message) ([]json.RawMessage, acquired) {
+	p := t.plan
 	blocks := p.tail
-	if mode == "new" || mode == "load" || p.approvalOnly {
+	if how == acquiredNew || how == acquiredLoad || p.approvalOnly {
 		history := p.history
 		if len(history) == 0 && len(prior) > 0 {
 			history = prior // the caller sent only its new message; the log knows the rest
@@ -315,27 +339,17 @@ func (t *turn) attempt(ctx context.Context) (lv *live, out agent.Outcome, err er
 				text = clientResultFrame(history)
 			}
 		}
-		if mode == "load" {
+		if how == acquiredLoad {
 			blocks = append([]json.RawMessage{textBlock(text)}, nonText(p.tail)...)
 		} else if full := replay(history, text, t.svc.cfg.HistoryMaxChars); full != p.tailText {
 			blocks = append([]json.RawMessage{textBlock(full)}, nonText(p.tail)...)
-			mode = "replay"
+			how = acquiredReplay
 		}
 	}
-	if g, ok := lv.workspaceGuidance(); ok && (mode == "new" || mode == "replay") {
+	if g, ok := lv.workspaceGuidance(); ok && (how == acquiredNew || how == acquiredReplay) {
 		blocks = append([]json.RawMessage{g}, blocks...)
 	}
-	t.record(wire.DataEvent("agent-session", map[string]string{"mode": mode, "agentSessionId": lv.sess.ID(), "sandbox": lv.sb.Info().ID}, false), true)
-	att, err := t.attachmentBlocks(ctx, lv)
-	if err != nil {
-		return lv, agent.Outcome{}, err
-	}
-	blocks = append(blocks, att...)
-	if out, err = lv.sess.Prompt(ctx, blocks, t.fromHarness); err == nil {
-		err = t.diagnose(ctx, lv, out)
-	}
-	out, err = t.clientPause(ctx, out, err)
-	return lv, out, err
+	return blocks, how
 }
 
 // begin records the turn in the ledger and opens its event log. It returns
