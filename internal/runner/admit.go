@@ -4,12 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"net"
 	"net/netip"
 	"net/url"
 	"path"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -83,91 +81,14 @@ func (s *Service) admit(ctx context.Context, req *wire.Request) (*plan, error) {
 		return nil, errdefs.Unprocessablef("%s", msg)
 	}
 
-	if sp := req.SandboxPermission; sp != nil {
-		if sp.Network != nil {
-			switch sp.Network.Mode {
-			case "", "on", "off", "allowlist":
-				p.network = sp.Network.Mode
-				p.allow = sp.Network.Allowlist
-			default:
-				return nil, errdefs.Invalidf("sandboxPermission.network.mode: %q is not one of on, off, allowlist", sp.Network.Mode)
-			}
-			if p.network != "allowlist" && len(sp.Network.Allowlist) > 0 {
-				return nil, errdefs.Invalidf("sandboxPermission.network.allowlist is only valid with mode \"allowlist\"")
-			}
-			if err := s.checkAllowlist(sp.Network.Allowlist); err != nil {
-				return nil, err
-			}
-		}
-		switch sp.Filesystem {
-		case "", "on", "readonly":
-		default:
-			return nil, errdefs.Invalidf("sandboxPermission.filesystem: %q is not one of on, readonly", sp.Filesystem)
-		}
-	}
-	if mc := req.ModelConnection; mc != nil && mc.Endpoint != nil && mc.Endpoint.BaseURL != "" {
-		open, err := s.admitEndpoint(p.provider, mc)
-		if err != nil {
-			return nil, err
-		}
-		if open != "" && p.network != "off" {
-			// Under "on" too: a local sandbox's isolated network refuses
-			// private addresses unless the operator opened them.
-			p.allow = append(p.allow, open)
-		}
-	}
-
-	for i, f := range req.HarnessFiles {
-		if err := checkRelPath(f.Path); err != nil {
-			return nil, errdefs.Invalidf("harnessFiles[%d].path: %v", i, err)
-		}
-	}
-	for i, t := range req.CustomTools {
-		if t.Kind == "code" {
-			return nil, errdefs.Invalidf("customTools[%d] (%s): Code tools are not supported by the sidecar", i, t.Name)
-		}
-	}
-	for i, m := range req.MCPServers {
-		if m.Name == "agenta-tools" {
-			return nil, errdefs.Invalidf("mcpServers[%d].name: \"agenta-tools\" is reserved for the runner's own tools", i)
-		}
-		// The harness dials these from inside the sandbox; admission is
-		// the one place the runner can refuse an internal address.
-		if err := tools.CheckMCPServer(ctx, s.cfg.Tools.Base, m.Connection.URL); err != nil {
-			return nil, fmt.Errorf("mcpServers[%d].connection.url: %w", i, err)
-		}
-	}
-
-	if len(req.Messages) == 0 {
-		return nil, errdefs.Invalidf("messages: No user message to send (prompt/messages empty)")
-	}
-	tail := req.Messages[len(req.Messages)-1]
-	var blocks []json.RawMessage
-	var text string
-	if tail.Role == "user" {
-		var err error
-		if blocks, text, err = promptBlocks(tail); err != nil {
-			return nil, err
-		}
-	} else if !carriesApproval(tail) && !carriesToolResult(tail) {
-		// The web app resumes an approval (or returns a client tool's
-		// result) on an assistant tail; anything else must end with the
-		// user's turn.
-		return nil, errdefs.Invalidf("messages: No user message to send (prompt/messages empty): the last message has role %q and answers no approval (a tool_result {\"approved\": bool}) or client tool; end the conversation with a user message", tail.Role)
-	}
-	p.approvals = approvalsOf(tail)
-	p.tokens = interactionTokens(tail)
-	p.attachments = attachmentsOf(tail)
-	if err := checkAttachments(p.attachments); err != nil {
+	if err := s.admitNetwork(p); err != nil {
 		return nil, err
 	}
-	p.clientResults = clientResultsOf(req.Messages)
-	p.renders = newRenders(req.CustomTools)
-	if len(blocks) == 0 && len(p.attachments) == 0 {
-		if len(p.approvals) == 0 && !carriesToolResult(tail) {
-			return nil, errdefs.Invalidf("messages: No user message to send (prompt/messages empty)")
-		}
-		p.approvalOnly = true
+	if err := s.admitTools(ctx, req); err != nil {
+		return nil, err
+	}
+	if err := admitMessages(p); err != nil {
+		return nil, err
 	}
 	p.decisions = permission.ParseDecisions(req.Messages)
 	p.perms = permission.New(req.Permissions, req.CustomTools, req.MCPServers)
@@ -177,12 +98,116 @@ func (s *Service) admit(ctx context.Context, req *wire.Request) (*plan, error) {
 	if p.network == "allowlist" {
 		p.allow = append(p.allow, mcpHosts(req.MCPServers)...)
 	}
-	p.tail, p.tailText = blocks, text
-	p.history = req.Messages[:len(req.Messages)-1]
 	if err := s.checkTools(p); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// admitNetwork checks the request's sandbox permissions and its model
+// endpoint, and sets the sandbox's network from them.
+func (s *Service) admitNetwork(p *plan) error {
+	req := p.req
+	if sp := req.SandboxPermission; sp != nil {
+		if sp.Network != nil {
+			switch sp.Network.Mode {
+			case "", "on", "off", "allowlist":
+				p.network = sp.Network.Mode
+				p.allow = sp.Network.Allowlist
+			default:
+				return errdefs.Invalidf("sandboxPermission.network.mode: %q is not one of on, off, allowlist", sp.Network.Mode)
+			}
+			if p.network != "allowlist" && len(sp.Network.Allowlist) > 0 {
+				return errdefs.Invalidf("sandboxPermission.network.allowlist is only valid with mode \"allowlist\"")
+			}
+			if err := s.checkAllowlist(sp.Network.Allowlist); err != nil {
+				return err
+			}
+		}
+		switch sp.Filesystem {
+		case "", "on", "readonly":
+		default:
+			return errdefs.Invalidf("sandboxPermission.filesystem: %q is not one of on, readonly", sp.Filesystem)
+		}
+	}
+	if mc := req.ModelConnection; mc != nil && mc.Endpoint != nil && mc.Endpoint.BaseURL != "" {
+		open, err := s.admitEndpoint(p.provider, mc)
+		if err != nil {
+			return err
+		}
+		if open != "" && p.network != "off" {
+			// Under "on" too: a local sandbox's isolated network refuses
+			// private addresses unless the operator opened them.
+			p.allow = append(p.allow, open)
+		}
+	}
+	return nil
+}
+
+// admitTools checks the harness files, custom tools and MCP servers the
+// request brings.
+func (s *Service) admitTools(ctx context.Context, req *wire.Request) error {
+	for i, f := range req.HarnessFiles {
+		if err := checkRelPath(f.Path); err != nil {
+			return errdefs.Invalidf("harnessFiles[%d].path: %v", i, err)
+		}
+	}
+	for i, t := range req.CustomTools {
+		if t.Kind == "code" {
+			return errdefs.Invalidf("customTools[%d] (%s): Code tools are not supported by the sidecar", i, t.Name)
+		}
+	}
+	for i, m := range req.MCPServers {
+		if m.Name == "agenta-tools" {
+			return errdefs.Invalidf("mcpServers[%d].name: \"agenta-tools\" is reserved for the runner's own tools", i)
+		}
+		// The harness dials these from inside the sandbox; admission is
+		// the one place the runner can refuse an internal address.
+		if err := tools.CheckMCPServer(ctx, s.cfg.Tools.Base, m.Connection.URL); err != nil {
+			return fmt.Errorf("mcpServers[%d].connection.url: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// admitMessages checks the conversation and plans its tail: the prompt,
+// or the approvals and client tool results it answers with.
+func admitMessages(p *plan) error {
+	req := p.req
+	if len(req.Messages) == 0 {
+		return errdefs.Invalidf("messages: No user message to send (prompt/messages empty)")
+	}
+	tail := req.Messages[len(req.Messages)-1]
+	var blocks []json.RawMessage
+	var text string
+	if tail.Role == "user" {
+		var err error
+		if blocks, text, err = promptBlocks(tail); err != nil {
+			return err
+		}
+	} else if !carriesApproval(tail) && !carriesToolResult(tail) {
+		// The web app resumes an approval (or returns a client tool's
+		// result) on an assistant tail; anything else must end with the
+		// user's turn.
+		return errdefs.Invalidf("messages: No user message to send (prompt/messages empty): the last message has role %q and answers no approval (a tool_result {\"approved\": bool}) or client tool; end the conversation with a user message", tail.Role)
+	}
+	p.approvals = approvalsOf(tail)
+	p.tokens = interactionTokens(tail)
+	p.attachments = attachmentsOf(tail)
+	if err := checkAttachments(p.attachments); err != nil {
+		return err
+	}
+	p.clientResults = clientResultsOf(req.Messages)
+	p.renders = newRenders(req.CustomTools)
+	if len(blocks) == 0 && len(p.attachments) == 0 {
+		if len(p.approvals) == 0 && !carriesToolResult(tail) {
+			return errdefs.Invalidf("messages: No user message to send (prompt/messages empty)")
+		}
+		p.approvalOnly = true
+	}
+	p.tail, p.tailText = blocks, text
+	p.history = req.Messages[:len(req.Messages)-1]
+	return nil
 }
 
 // admitEndpoint refuses a model endpoint on a refused range (the host's
@@ -306,113 +331,6 @@ func checkRelPath(p string) error {
 		if len(seg) > maxPathSegment {
 			return fmt.Errorf("%.40q… has a component of %d bytes; give components of at most %d bytes", p, len(seg), maxPathSegment)
 		}
-	}
-	return nil
-}
-
-// materialize validates a model connection and turns it into the harness
-// environment (docs/contract.md, The request).
-func materialize(mc *wire.ModelConnection) (map[string]string, error) {
-	env := map[string]string{}
-	if mc == nil {
-		return env, nil
-	}
-	bad := func(format string, a ...any) error {
-		return errdefs.Invalidf("modelConnection."+format, a...)
-	}
-	if strings.TrimSpace(mc.Provider) == "" {
-		return nil, bad("provider: required")
-	}
-	if strings.TrimSpace(mc.Deployment) == "" {
-		return nil, bad("deployment: required")
-	}
-	mode := mc.CredentialMode
-	if mode == "" {
-		mode = "env"
-		if len(mc.Credentials) == 0 {
-			mode = "none"
-		}
-	}
-	switch mode {
-	case "env":
-		if len(mc.Credentials) == 0 {
-			return nil, bad("credentials: credentialMode \"env\" needs at least one credential")
-		}
-	case "none", "runtime_provided":
-		if len(mc.Credentials) > 0 {
-			return nil, bad("credentials: credentialMode %q does not take credentials", mode)
-		}
-	default:
-		return nil, bad("credentialMode: %q is not one of env, runtime_provided, none", mode)
-	}
-	for _, k := range slices.Sorted(maps.Keys(mc.Environment)) {
-		v := mc.Environment[k]
-		if err := checkEnvName(k); err != nil {
-			return nil, bad("environment: %v", err)
-		}
-		if v == "" {
-			return nil, bad("environment.%s: empty value", k)
-		}
-		env[k] = v
-	}
-	for i, c := range mc.Credentials {
-		if c.Binding.Kind != "environment" {
-			return nil, bad("credentials[%d].binding.kind: %q, want \"environment\"", i, c.Binding.Kind)
-		}
-		if err := checkEnvName(c.Binding.Name); err != nil {
-			return nil, bad("credentials[%d].binding.name: %v", i, err)
-		}
-		if c.Value == "" {
-			return nil, bad("credentials[%d].value: empty", i)
-		}
-		switch c.Usage {
-		case "opaque_http":
-			if mc.Endpoint == nil || !strings.HasPrefix(strings.ToLower(mc.Endpoint.BaseURL), "https://") {
-				if !loopbackHTTP(mc.Endpoint) {
-					return nil, bad("endpoint.baseUrl: credential %s has usage opaque_http, which needs an https:// endpoint", c.Binding.Name)
-				}
-			}
-		case "local_use":
-		default:
-			return nil, bad("credentials[%d].usage: %q is not one of opaque_http, local_use", i, c.Usage)
-		}
-		if _, dup := env[c.Binding.Name]; dup {
-			return nil, bad("credentials[%d].binding.name: %s is set twice", i, c.Binding.Name)
-		}
-		env[c.Binding.Name] = c.Value
-	}
-	return env, nil
-}
-
-// loopbackHTTP lets a plain-http model server on loopback (Ollama, vLLM,
-// a test's fake model) carry an opaque credential: nothing crosses a network.
-func loopbackHTTP(ep *wire.Endpoint) bool {
-	if ep == nil {
-		return false
-	}
-	u, err := url.Parse(ep.BaseURL)
-	if err != nil || u.Scheme != "http" {
-		return false
-	}
-	h := u.Hostname()
-	return h == "localhost" || h == "::1" || strings.HasPrefix(h, "127.")
-}
-
-// reservedEnv are variables a model connection may not set: they would
-// redirect the harness or leak the runner's own settings.
-var reservedEnv = map[string]bool{"PATH": true, "HOME": true, "LD_PRELOAD": true, "LD_LIBRARY_PATH": true}
-
-func checkEnvName(k string) error {
-	if k == "" {
-		return fmt.Errorf("empty variable name")
-	}
-	for i, r := range k {
-		if !(r == '_' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || i > 0 && r >= '0' && r <= '9') {
-			return fmt.Errorf("%q is not a valid variable name", k)
-		}
-	}
-	if reservedEnv[k] || strings.HasPrefix(k, "AGENTA_RUNNER_") || strings.HasPrefix(k, "DAYTONA_") || strings.HasPrefix(k, "RUNNER_") {
-		return fmt.Errorf("%s is reserved and cannot be set by a model connection", k)
 	}
 	return nil
 }

@@ -23,12 +23,17 @@
 //	                                              │  paused on a gate
 //	                                              └─ release: stages undone
 //
-// admit (admit.go) checks the request and claims the session; acquire
-// (turn.go, stages.go) names how the turn got its harness with the type
-// acquired (state.go), whose String is the agent-session event's mode on
-// the wire; prompt drives the harness (prompt.go, approval.go); settle
-// (turn.go) commits the outcome with the last events (internal/eventlog)
-// and keeps the harness in the pool or releases it.
+// Each state has its file: admit (admit.go, modelenv.go) checks the
+// request and run.go and claim.go claim the session; begin.go records the
+// turn and opens its event log (internal/eventlog); acquire (turn.go)
+// takes a warm harness (warm.go) or sets a cold one up (stages.go) and
+// names how with the type acquired (state.go), whose String is the
+// agent-session event's mode on the wire; prompt drives the harness
+// (turn.go, approval.go, clienttools.go); settle (settle.go) commits the
+// outcome with the last events, then keeps the harness in the pool or
+// releases it. fallback.go moves a turn whose sandbox vanished; decide.go
+// resumes a turn paused on an approval; stop.go and drain.go end turns
+// from outside.
 //
 // Concurrency: Service is safe for concurrent use; each Run owns its turn
 // and waits for everything it started before returning.

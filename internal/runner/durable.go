@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"path"
@@ -106,7 +105,8 @@ func (t *turn) workspaceTarget() workspace.Target {
 
 // acquireWorkspace restores the session's durable files into a new
 // sandbox (cold turns), before anything else is written there.
-func (t *turn) acquireWorkspace(ctx context.Context, lv *live) (undo, error) {
+func (c *coldStart) acquireWorkspace(ctx context.Context, lv *live) (undo, error) {
+	t := c.t
 	res := t.svc.cfg.Workspaces
 	if res == nil || t.key.SessionID == "" || t.svc.cfg.Workdir != "" {
 		// A person's own directory (runner run -workdir) is its own
@@ -128,6 +128,25 @@ func (t *turn) acquireWorkspace(ctx context.Context, lv *live) (undo, error) {
 	d := &durable{tree: ft}
 	u := func(ctx context.Context, _ string) { d.release(ctx, t.svc.log, info.ID) }
 	d.set(t, stores)
+	d.plan(t, info, stores)
+	if t.svc.cfg.Mounter != nil { // durable_fuse.go
+		if err := d.mountWorkdir(ctx, t, info, stores); err != nil {
+			return u, err
+		}
+	}
+	start := time.Now()
+	if err := d.restore(ctx, t, lv.sb, info); err != nil {
+		return u, err
+	}
+	t.log.Debug("timing", logkey.Stage, "workspace_restore", logkey.Duration, time.Since(start).Milliseconds())
+	lv.durable = d
+	return u, nil
+}
+
+// plan lays out d's mounts in the sandbox described by info: the
+// working directory, the harness's transcript directories and the agent
+// folder.
+func (d *durable) plan(t *turn, info sandbox.Info, stores workspace.Stores) {
 	exclude := append([]string{"/" + agentLink}, credentialFiles...)
 	agentDir := sandbox.AgentDir(info)
 	if rel, err := filepath.Rel(info.Workdir, info.Home); err == nil && !strings.HasPrefix(rel, "..") {
@@ -153,14 +172,14 @@ func (t *turn) acquireWorkspace(ctx context.Context, lv *live) (undo, error) {
 		d.agentDir = agentDir
 		d.mounts = append(d.mounts, workspace.Mount{Name: "agent", Store: stores.Agent, Root: d.agentDir, Exclude: credentialFiles})
 	}
-	if t.svc.cfg.Mounter != nil { // durable_fuse.go
-		if err := d.mountWorkdir(ctx, t, info, stores); err != nil {
-			return u, err
-		}
-	}
+}
+
+// restore follows d's mounts where sb can and restores each from its
+// store, then links the agent folder into the working directory.
+func (d *durable) restore(ctx context.Context, t *turn, sb sandbox.Sandbox, info sandbox.Info) error {
 	d.bases = make([]workspace.Manifest, len(d.mounts))
 	d.watches = make([]sandbox.TreeWatch, len(d.mounts))
-	if tw, ok := lv.sb.(sandbox.TreeWatcher); ok {
+	if tw, ok := sb.(sandbox.TreeWatcher); ok {
 		for i, m := range d.mounts {
 			if len(m.Include) > 0 {
 				continue // a few harness directories: a full scan is cheap
@@ -173,33 +192,30 @@ func (t *turn) acquireWorkspace(ctx context.Context, lv *live) (undo, error) {
 			d.watches[i] = w
 		}
 	}
-	start := time.Now()
 	for i, m := range d.mounts {
 		man, st, err := workspace.Restore(ctx, d.treeOf(i), m)
 		if err != nil {
-			return u, fmt.Errorf("durable workspace: restore %s: %w", m.Name, err)
+			return fmt.Errorf("durable workspace: restore %s: %w", m.Name, err)
 		}
 		d.bases[i] = man
 		if m.Name == "transcript" {
 			if err := d.rekeyTranscript(ctx, t, i, t.plan.harness.spec.KeyedDirs, info.Workdir); err != nil {
-				return u, fmt.Errorf("durable workspace: %w", err)
+				return fmt.Errorf("durable workspace: %w", err)
 			}
 		}
 		if m.Name == "workspace" {
 			if err := refuseFuseWritten(ctx, t, m.Store, man); err != nil {
-				return u, err
+				return err
 			}
 		}
 		t.log.Debug("workspace restored", "mount", m.Name, "entries", st.Entries, "copied", st.Transferred, "bytes", st.Bytes, "removed", st.Deleted)
 	}
 	if d.agentDir != "" && d.fuse == nil { // a mount cannot hold the symlink
 		if err := linkAgentFolder(ctx, d.tree, info.Workdir, d.agentDir); err != nil {
-			return u, fmt.Errorf("durable workspace: %w", err)
+			return fmt.Errorf("durable workspace: %w", err)
 		}
 	}
-	t.log.Debug("timing", logkey.Stage, "workspace_restore", logkey.Duration, time.Since(start).Milliseconds())
-	lv.durable = d
-	return u, nil
+	return nil
 }
 
 // set installs a turn's stores (a warm turn brings its own signer) and
@@ -285,107 +301,6 @@ func (lv *live) workspaceGuidance() (json.RawMessage, bool) {
 		return textBlock(fmt.Sprintf("[runner] Files in this working directory persist across turns of this session (symlinks cannot be created in it); files in %s persist across every session of this agent.\n\n", lv.durable.agentDir)), true
 	}
 	return textBlock(fmt.Sprintf("[runner] Files in this working directory persist across turns of this session; files in ./%s (%s) persist across every session of this agent.\n\n", agentLink, lv.durable.agentDir)), true
-}
-
-// checkpoints starts the turn's periodic checkpoints and returns the
-// function that stops them and writes the final one, to be called with
-// the turn's outcome error; it returns the error the turn ends with. A
-// checkpoint that fails mid-turn cancels the turn with its cause.
-func (t *turn) checkpoints(ctx context.Context, lv *live, warm bool) func(error) error {
-	d := lv.durable
-	if d == nil {
-		return func(err error) error { return err }
-	}
-	if warm && t.svc.cfg.Workspaces != nil {
-		// A warm turn re-resolves its stores: its own credential signs.
-		if stores, ok, err := t.svc.cfg.Workspaces.Resolve(ctx, t.workspaceTarget()); err != nil {
-			return func(error) error { return fmt.Errorf("durable workspace: %w", err) }
-		} else if ok {
-			d.mu.Lock()
-			d.set(t, stores)
-			d.mu.Unlock()
-		}
-	}
-	every := t.svc.cfg.CheckpointEvery
-	if every <= 0 {
-		every = defaultCheckpointEvery
-	}
-	var (
-		wg      sync.WaitGroup
-		stop    = make(chan struct{})
-		midErr  error
-		errOnce sync.Once
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				if err := d.checkpoint(ctx, t); err != nil {
-					errOnce.Do(func() { midErr = err })
-					t.log.Error("workspace checkpoint failed during the turn", logkey.Error, err)
-					t.cancel(err)
-					return
-				}
-			}
-		}
-	}()
-	return func(err error) error {
-		close(stop)
-		wg.Wait()
-		if midErr != nil {
-			return midErr
-		}
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalCheckpointTimeout)
-		defer cancel()
-		cerr := d.checkpoint(fctx, t)
-		if cerr == nil {
-			cerr = d.flushMount(fctx) // durable_fuse.go
-		}
-		if cerr != nil {
-			t.log.Error("final workspace checkpoint failed", logkey.Error, cerr)
-			if err == nil || errors.Is(err, context.Canceled) {
-				return cerr
-			}
-			return errors.Join(err, cerr)
-		}
-		return err
-	}
-}
-
-// checkpoint writes every mount's changes since its base.
-func (d *durable) checkpoint(ctx context.Context, t *turn) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.mountErr(); err != nil {
-		return err
-	}
-	for i, m := range d.mounts {
-		if m.Name == "transcript" {
-			if err := d.writeRecord(ctx, i); err != nil {
-				return fmt.Errorf("durable workspace: checkpoint %s: %w", m.Name, err)
-			}
-		}
-		man, st, err := workspace.Checkpoint(ctx, d.treeOf(i), m, d.bases[i])
-		if err != nil {
-			return fmt.Errorf("durable workspace: checkpoint %s: %w", m.Name, err)
-		}
-		d.bases[i] = man
-		if d.watches[i] != nil && st.Full != "" && st.Full != filetree.FirstScan {
-			t.log.Debug("workspace watch fell back to reading the whole tree", "mount", m.Name, logkey.Reason, st.Full, "dirs", st.Dirs)
-		}
-		if st.Wrote {
-			t.log.Debug("workspace checkpoint", "mount", m.Name, "entries", st.Entries, "dirs", st.Dirs, "copied", st.Transferred, "bytes", st.Bytes, "removed", st.Deleted)
-		}
-	}
-	return nil
 }
 
 // removeWorkspace deletes a deleted session's durable files from the

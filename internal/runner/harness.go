@@ -94,7 +94,8 @@ type HarnessFile struct {
 type Configurer func(ctx context.Context, s HarnessSetup) (HarnessConfig, error)
 
 // configure runs the configurer and writes its files into the sandbox.
-func (t *turn) configure(ctx context.Context, sb sandbox.Sandbox, lv *live) (HarnessConfig, error) {
+func (c *coldStart) configure(ctx context.Context, sb sandbox.Sandbox, lv *live) (HarnessConfig, error) {
+	t := c.t
 	if t.svc.cfg.Configure == nil {
 		return HarnessConfig{}, nil
 	}
@@ -117,4 +118,40 @@ func (t *turn) configure(ctx context.Context, sb sandbox.Sandbox, lv *live) (Har
 		}
 	}
 	return hc, nil
+}
+
+// writeFiles writes the instructions file and harnessFiles before the
+// session opens: harnesses read them once, at session start.
+func (c *coldStart) writeFiles(ctx context.Context, sb sandbox.Sandbox) error {
+	t := c.t
+	p := t.plan
+	wd := sb.Info().Workdir
+	if p.req.AgentsMD != "" {
+		name := p.harness.spec.Instructions
+		if name == "" {
+			name = "AGENTS.md"
+		}
+		if err := sb.WriteFile(ctx, path.Join(wd, name), []byte(p.req.AgentsMD), 0o644); err != nil {
+			return fmt.Errorf("write %s: %w", name, err)
+		}
+	}
+	for i, f := range p.req.HarnessFiles {
+		if err := sb.WriteFile(ctx, path.Join(wd, path.Clean(f.Path)), []byte(f.Content), 0o644); err != nil {
+			return fmt.Errorf("write harnessFiles[%d] %s: %w", i, f.Path, err)
+		}
+	}
+	return nil
+}
+
+// env is the harness's whole environment: base launch variables, the
+// sandbox's own HOME, and the materialised model connection. Nothing of
+// the runner's own environment is inherited.
+func (c *coldStart) env(info sandbox.Info, model map[string]string) []string {
+	t := c.t
+	env := append([]string(nil), t.svc.cfg.BaseEnv...)
+	env = append(env, "HOME="+info.Home)
+	for _, k := range slices.Sorted(maps.Keys(model)) {
+		env = append(env, k+"="+model[k])
+	}
+	return env
 }

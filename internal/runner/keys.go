@@ -15,7 +15,8 @@ import (
 // key gateway, which swaps the real keys in on the way out. It returns
 // the environment and request the harness is configured from, and the
 // route to release with the session (nil when there is nothing to hide).
-func (t *turn) hideKeys() (map[string]string, *wire.Request, *gateway.Route, error) {
+func (c *coldStart) hideKeys() (map[string]string, *wire.Request, *gateway.Route, error) {
+	t := c.t
 	p := t.plan
 	g := t.svc.cfg.Gateway
 	mc := p.req.ModelConnection

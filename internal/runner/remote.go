@@ -21,7 +21,8 @@ import (
 // (a parked remote sandbox: start + reconnect, cheaper than a new one and
 // keeping the harness's native transcript). It returns nil when there is
 // nothing to reopen or the sandbox is gone; then the turn creates one.
-func (t *turn) reopen(ctx context.Context, prov sandbox.Provider, spec sandbox.Spec) (sandbox.Sandbox, bool) {
+func (c *coldStart) reopen(ctx context.Context, prov sandbox.Provider, spec sandbox.Spec) (sandbox.Sandbox, bool) {
+	t := c.t
 	o, ok := prov.(sandbox.Opener)
 	if !ok || t.key.SessionID == "" {
 		return nil, false
@@ -137,7 +138,8 @@ func (lv *live) serveModel(s *Service, ch sandbox.Channeler) {
 
 // startModelForward starts the in-sandbox end of the model channel and
 // waits until it listens.
-func (t *turn) startModelForward(ctx context.Context, lv *live, ch sandbox.Channeler) error {
+func (c *coldStart) startModelForward(ctx context.Context, lv *live, ch sandbox.Channeler) error {
+	t := c.t
 	listen := t.svc.modelListen()
 	p, err := lv.sb.Start(context.WithoutCancel(ctx), sandbox.Cmd{
 		Path: ch.RunnerPath(),

@@ -62,7 +62,7 @@ func (t *turn) cold(ctx context.Context) (*live, error) {
 		{"route", c.route},
 		{"sandbox", c.sandbox},
 		{"workspace", c.workspace},
-		{"configure", c.configure},
+		{"configure", c.configureHarness},
 		{"binding", c.binding},
 		{"channels", c.channels},
 		{"forward", c.forward},
@@ -109,7 +109,7 @@ func (lv *live) release(ctx context.Context, reason string) {
 func (c *coldStart) route(context.Context) (undo, error) {
 	lv := c.lv
 	var err error
-	if lv.env, lv.req, lv.route, err = c.t.hideKeys(); err != nil || lv.route == nil {
+	if lv.env, lv.req, lv.route, err = c.hideKeys(); err != nil || lv.route == nil {
 		return nil, err
 	}
 	rt := lv.route
@@ -148,7 +148,7 @@ func (c *coldStart) sandbox(ctx context.Context) (undo, error) {
 		return nil, errdefs.Unprocessablef("a working directory of this machine (runner run -workdir) needs a sandbox provider that shares its filesystem; %s does not", p.provider)
 	}
 	start := time.Now()
-	sb, reopened := t.reopen(ctx, c.prov, spec)
+	sb, reopened := c.reopen(ctx, c.prov, spec)
 	if sb == nil {
 		var err error
 		if sb, err = c.prov.Create(ctx, spec); err != nil {
@@ -187,17 +187,17 @@ func (s *Service) releaseSandbox(ctx context.Context, sb sandbox.Sandbox, reason
 
 // workspace restores (or mounts) the session's durable files.
 func (c *coldStart) workspace(ctx context.Context) (undo, error) {
-	return c.t.acquireWorkspace(ctx, c.lv) // durable.go
+	return c.acquireWorkspace(ctx, c.lv) // durable.go
 }
 
-// configure writes the instruction and harness files and the harness's
-// own configuration into the sandbox; it holds nothing to undo.
-func (c *coldStart) configure(ctx context.Context) (undo, error) {
-	if err := c.t.writeFiles(ctx, c.lv.sb); err != nil {
+// configureHarness writes the instruction and harness files and the
+// harness's own configuration into the sandbox; it holds nothing to undo.
+func (c *coldStart) configureHarness(ctx context.Context) (undo, error) {
+	if err := c.writeFiles(ctx, c.lv.sb); err != nil {
 		return nil, err
 	}
 	var err error
-	c.hc, err = c.t.configure(ctx, c.lv.sb, c.lv)
+	c.hc, err = c.configure(ctx, c.lv.sb, c.lv)
 	c.lv.diagnose = c.hc.Diagnose
 	return nil, err
 }
@@ -247,7 +247,7 @@ func (c *coldStart) forward(ctx context.Context) (undo, error) {
 	if lv.route == nil || t.svc.sharesHost(lv.provider) {
 		return nil, nil
 	}
-	if err := t.startModelForward(ctx, lv, lv.sb.(sandbox.Channeler)); err != nil {
+	if err := c.startModelForward(ctx, lv, lv.sb.(sandbox.Channeler)); err != nil {
 		return nil, err
 	}
 	fw := lv.forward
@@ -263,7 +263,7 @@ func (c *coldStart) session(ctx context.Context) (undo, error) {
 	if len(hc.Command) > 0 {
 		hspec.Command = hc.Command
 	}
-	env := t.env(info, lv.env)
+	env := c.env(info, lv.env)
 	for _, k := range slices.Sorted(maps.Keys(hc.Env)) {
 		env = append(env, k+"="+hc.Env[k])
 	}
@@ -280,7 +280,7 @@ func (c *coldStart) session(ctx context.Context) (undo, error) {
 		Env:           env,
 		Mode:          hc.Mode,
 		Cwd:           info.Workdir,
-		MCPServers:    t.mcpServers(lv),
+		MCPServers:    c.mcpServers(lv),
 		LoadSessionID: load,
 		Permission: func(ctx context.Context, req agent.PermissionRequest) agent.Decision {
 			if cur := lv.turn(); cur != nil {

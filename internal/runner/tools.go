@@ -116,7 +116,8 @@ func (t *turn) toolSet() (*tools.Set, error) {
 
 // mcpServers is what the harness is given in session/new: the runner's
 // tool relay (when the turn has tools) and the user's HTTP MCP servers.
-func (t *turn) mcpServers(lv *live) []agent.MCPServer {
+func (c *coldStart) mcpServers(lv *live) []agent.MCPServer {
+	t := c.t
 	var out []agent.MCPServer
 	switch {
 	case lv.binding != nil && lv.channel != nil:
