@@ -24,6 +24,7 @@ Usage:
   runner health [flags]        query a running service's /health
   runner sessions [ID]         a running service's sessions, or one with its turns
   runner sessions tail ID      follow a session's events live
+  runner jobs submit|list|show|cancel|run|tail   background and scheduled jobs (docs/jobs.md)
   runner harness install <name>…  install built-in harnesses (npm, pinned) into AGENTA_RUNNER_HARNESS_DIR
   runner harness list          show installed harnesses, versions and commands
   runner daytona snapshot build [flags]  build the Daytona snapshot the daytona provider uses
@@ -51,6 +52,8 @@ func run(ctx context.Context, args []string, environ []string, stdin io.Reader, 
 		return health(ctx, args[1:], environ, stdout, stderr)
 	case "sessions":
 		return sessions(ctx, args[1:], environ, stdout, stderr)
+	case "jobs":
+		return jobsCmd(ctx, args[1:], environ, stdin, stdout, stderr)
 	case "harness":
 		return harnessCmd(ctx, args[1:], environ, stdout, stderr)
 	case "daytona":

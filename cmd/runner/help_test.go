@@ -18,6 +18,8 @@ func TestHelpExitsZeroOnEverySubcommand(t *testing.T) {
 		{[]string{"run"}, []string{"-harness", "-prompt", "-stream", "Exit status", "130"}},
 		{[]string{"health"}, []string{"-url", "-o"}},
 		{[]string{"sessions"}, []string{"-url", "sessions tail", "sessions [flags] ID"}},
+		{[]string{"jobs"}, []string{"submit", "tail"}},
+		{[]string{"jobs", "submit"}, []string{"-url", "-f", "jobs cancel ID"}},
 		{[]string{"harness"}, nil},
 		{[]string{"harness", "install"}, []string{"claude", "pi_core", "gemini"}},
 		{[]string{"harness", "list"}, []string{"-json"}},

@@ -214,16 +214,22 @@ func (c sessionsClient) do(ctx context.Context, path string) (*http.Response, bo
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(body, &e) != nil || e.Error == "" {
-			e.Error = strings.TrimSpace(string(body))
-		}
-		fmt.Fprintf(c.stderr, "%s: %s: %s\n", c.name, resp.Status, render.Clean(e.Error))
+		fmt.Fprintf(c.stderr, "%s: %s: %s\n", c.name, resp.Status, serviceMessage(body))
 		return nil, false
 	}
 	return resp, true
+}
+
+// serviceMessage is the error an answer carries ({"error": …}, else its
+// text), safe to print.
+func serviceMessage(body []byte) string {
+	var e struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(body, &e) != nil || e.Error == "" {
+		e.Error = strings.TrimSpace(string(body))
+	}
+	return render.Clean(e.Error)
 }
 
 func (c sessionsClient) get(ctx context.Context, path string) ([]byte, bool) {
