@@ -19,7 +19,7 @@ var linuxOnly = []string{"internal/sandbox/local"}
 
 // linuxOnlyTests are the packages whose tests start local sandboxes:
 // elsewhere their code builds and their tests do not.
-var linuxOnlyTests = []string{"internal/agent/acp", "internal/api", "internal/runner"}
+var linuxOnlyTests = []string{"internal/agent/acp", "internal/api", "internal/jobs/river", "internal/runner"}
 
 func darwinEnv() []string {
 	return append(os.Environ(), "GOOS=darwin", "GOARCH=arm64", "CGO_ENABLED=0")

@@ -33,8 +33,9 @@ var layers = []struct {
 	// which links no family).
 	{2, []string{"internal/sandbox", "internal/store", "internal/workspace", "internal/platform", "internal/permission",
 		"internal/render", "internal/harness", "internal/gateway", "internal/tools", "internal/sandboxd"}},
-	// The family built on another: an agent runs in a sandbox.
-	{3, []string{"internal/agent"}},
+	// Families built on others: an agent runs in a sandbox; a job's
+	// request carries tools.
+	{3, []string{"internal/agent", "internal/jobs"}},
 	// Pieces implementations share.
 	{4, []string{"internal/sandboxd/client", "internal/store/sqlstore"}},
 	// Implementations (test kits among them are placed below first).
@@ -44,8 +45,8 @@ var layers = []struct {
 		"internal/tools/relay"}},
 	// The turn.
 	{6, []string{"internal/runner"}},
-	// The HTTP API.
-	{7, []string{"internal/api"}},
+	// Over the turn: the HTTP API, the job queue.
+	{7, []string{"internal/api", "internal/jobs/river"}},
 	// The wiring.
 	{8, []string{"cmd/runner"}},
 }
