@@ -36,8 +36,8 @@ var layers = []struct {
 	// Families built on others: an agent runs in a sandbox; a job's
 	// request carries tools.
 	{3, []string{"internal/agent", "internal/jobs"}},
-	// Pieces implementations share.
-	{4, []string{"internal/sandboxd/client", "internal/store/sqlstore"}},
+	// Pieces implementations share, and the turn's event log.
+	{4, []string{"internal/sandboxd/client", "internal/store/sqlstore", "internal/eventlog"}},
 	// Implementations (test kits among them are placed below first).
 	{5, []string{"internal/sandbox/local", "internal/sandbox/daytona", "internal/store/sqlite", "internal/store/postgres",
 		"internal/agent/acp", "internal/workspace/fs", "internal/workspace/s3", "internal/workspace/resign",
