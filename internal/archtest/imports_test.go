@@ -36,8 +36,9 @@ var layers = []struct {
 	// Families built on others: an agent runs in a sandbox; a job's
 	// request carries tools.
 	{3, []string{"internal/agent", "internal/jobs"}},
-	// Pieces implementations share, and the turn's event log.
-	{4, []string{"internal/sandboxd/client", "internal/store/sqlstore", "internal/eventlog"}},
+	// Pieces implementations share, an implementation's own parts (the
+	// local provider's seccomp filter), and the turn's event log.
+	{4, []string{"internal/sandboxd/client", "internal/store/sqlstore", "internal/eventlog", "internal/sandbox/local/seccomp"}},
 	// Implementations (test kits among them are placed below first).
 	{5, []string{"internal/sandbox/local", "internal/sandbox/daytona", "internal/store/sqlite", "internal/store/postgres",
 		"internal/agent/acp", "internal/workspace/fs", "internal/workspace/s3", "internal/workspace/resign",

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrunner/runner/internal/sandbox"
+	"github.com/agentrunner/runner/internal/sandbox/local/seccomp"
 )
 
 // bwrapNamespaces are the namespaces every sandbox gets. The network
@@ -80,7 +81,7 @@ func newBwrap(cfg Config) (*bwrap, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bubblewrap binary: %w", err)
 	}
-	prog, err := seccompProgram()
+	prog, err := seccomp.Program()
 	if err != nil {
 		return nil, err
 	}

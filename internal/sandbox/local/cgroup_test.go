@@ -151,13 +151,3 @@ func TestSetupCgroupsV2WithoutControllers(t *testing.T) {
 		}
 	}
 }
-
-func TestSeccompProgram(t *testing.T) {
-	prog, err := seccompProgram()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(prog) == 0 || len(prog)%8 != 0 {
-		t.Errorf("program is %d bytes, want a non-empty multiple of 8", len(prog))
-	}
-}

@@ -16,7 +16,7 @@
 // proxy on a unix socket (proxy.go). Memory, pids and CPU are limited by a per-sandbox cgroup
 // (v2 when its controllers are usable, else v1; cgroup.go), disk by a
 // loop-mounted image per sandbox (disk_linux.go), and a seccomp
-// filter (seccomp.go, the denied list is documented there) is loaded by bwrap
+// filter (package seccomp, the denied list is documented there) is loaded by bwrap
 // just before exec. A root runner can run sandboxes as an unprivileged host
 // user (Config.SandboxUID, user.go).
 //

@@ -1,11 +1,14 @@
-package local
+// Package seccomp builds the seccomp filter the local provider has
+// bubblewrap load into every sandbox just before exec (bwrap --seccomp):
+// the syscalls denied and why are listed at deniedSyscalls.
+package seccomp
 
 import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
 
-	seccomp "github.com/elastic/go-seccomp-bpf"
+	sbpf "github.com/elastic/go-seccomp-bpf"
 	"github.com/elastic/go-seccomp-bpf/arch"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
@@ -57,12 +60,12 @@ var optionalSyscalls = map[string]bool{"iopl": true, "ioperm": true, "uselib": t
 
 const (
 	seccompArchOffset = 4 // offsetof(struct seccomp_data, arch)
-	retErrnoENOSYS    = uint32(seccomp.ActionErrno) | uint32(unix.ENOSYS)
+	retErrnoENOSYS    = uint32(sbpf.ActionErrno) | uint32(unix.ENOSYS)
 )
 
-// seccompProgram assembles the filter once; bwrap reads it from a
+// Program assembles the filter once; bwrap reads it from a
 // descriptor (--seccomp) as an array of struct sock_filter.
-func seccompProgram() ([]byte, error) {
+func Program() ([]byte, error) {
 	info, err := arch.GetInfo("")
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: %w", err)
@@ -73,29 +76,29 @@ func seccompProgram() ([]byte, error) {
 			names = append(names, n)
 		}
 	}
-	policy := seccomp.Policy{
-		DefaultAction: seccomp.ActionAllow,
-		Syscalls: []seccomp.SyscallGroup{
-			{Action: seccomp.ActionErrno | seccomp.Action(unix.EPERM), Names: names},
+	policy := sbpf.Policy{
+		DefaultAction: sbpf.ActionAllow,
+		Syscalls: []sbpf.SyscallGroup{
+			{Action: sbpf.ActionErrno | sbpf.Action(unix.EPERM), Names: names},
 			{
-				Action: seccomp.ActionErrno | seccomp.Action(unix.EPERM),
-				NamesWithCondtions: []seccomp.NameWithConditions{
+				Action: sbpf.ActionErrno | sbpf.Action(unix.EPERM),
+				NamesWithCondtions: []sbpf.NameWithConditions{
 					{
 						Name:       "clone",
-						Conditions: seccomp.ArgumentConditions{{Argument: cloneFlagsArg(), Operation: seccomp.BitsSet, Value: unix.CLONE_NEWUSER}},
+						Conditions: sbpf.ArgumentConditions{{Argument: cloneFlagsArg(), Operation: sbpf.BitsSet, Value: unix.CLONE_NEWUSER}},
 					},
-					{Name: "ioctl", Conditions: seccomp.ArgumentConditions{{Argument: 1, Operation: seccomp.Equal, Value: unix.TIOCSTI}}},
-					{Name: "ioctl", Conditions: seccomp.ArgumentConditions{{Argument: 1, Operation: seccomp.Equal, Value: unix.TIOCLINUX}}},
+					{Name: "ioctl", Conditions: sbpf.ArgumentConditions{{Argument: 1, Operation: sbpf.Equal, Value: unix.TIOCSTI}}},
+					{Name: "ioctl", Conditions: sbpf.ArgumentConditions{{Argument: 1, Operation: sbpf.Equal, Value: unix.TIOCLINUX}}},
 					{
 						// Denied unless arg 0 is one of: PER_LINUX, PER_LINUX32,
 						// UNAME26, PER_LINUX32|UNAME26, or the query 0xffffffff.
 						Name: "personality",
-						Conditions: seccomp.ArgumentConditions{
-							{Argument: 0, Operation: seccomp.NotEqual, Value: 0x0},
-							{Argument: 0, Operation: seccomp.NotEqual, Value: 0x8},
-							{Argument: 0, Operation: seccomp.NotEqual, Value: 0x20000},
-							{Argument: 0, Operation: seccomp.NotEqual, Value: 0x20008},
-							{Argument: 0, Operation: seccomp.NotEqual, Value: 0xffffffff},
+						Conditions: sbpf.ArgumentConditions{
+							{Argument: 0, Operation: sbpf.NotEqual, Value: 0x0},
+							{Argument: 0, Operation: sbpf.NotEqual, Value: 0x8},
+							{Argument: 0, Operation: sbpf.NotEqual, Value: 0x20000},
+							{Argument: 0, Operation: sbpf.NotEqual, Value: 0x20008},
+							{Argument: 0, Operation: sbpf.NotEqual, Value: 0xffffffff},
 						},
 					},
 				},
@@ -103,8 +106,8 @@ func seccompProgram() ([]byte, error) {
 		},
 	}
 	if _, ok := info.SyscallNames["clone3"]; ok {
-		policy.Syscalls = append(policy.Syscalls, seccomp.SyscallGroup{
-			Action: seccomp.ActionErrno | seccomp.Action(unix.ENOSYS), Names: []string{"clone3"},
+		policy.Syscalls = append(policy.Syscalls, sbpf.SyscallGroup{
+			Action: sbpf.ActionErrno | sbpf.Action(unix.ENOSYS), Names: []string{"clone3"},
 		})
 	}
 	insts, err := policy.Assemble()
