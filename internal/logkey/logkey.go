@@ -23,4 +23,7 @@ const (
 	Host       = "host"
 	// How many times something happened (logged once, not per line).
 	Count = "count"
+	// A background job, and the webhook event it posts.
+	Job   = "job"
+	Event = "event"
 )

@@ -19,6 +19,7 @@ import (
 	riverqueue "github.com/riverqueue/river"
 
 	"github.com/agentrunner/runner/internal/jobs"
+	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/sandbox/egress"
 )
 
@@ -63,7 +64,7 @@ func (q *Queue) notify(ctx context.Context, rec *record, ev jobs.Status) {
 	_, err = q.river.Insert(context.WithoutCancel(ctx), hookArgs{JobID: rec.ID, ID: id, Event: ev, Body: body},
 		&riverqueue.InsertOpts{Queue: queueControl, MaxAttempts: hookAttempts})
 	if err != nil {
-		q.log.Warn("job webhook not queued", "job", rec.ID, "event", string(ev), "error", err)
+		q.log.Warn("job webhook not queued", logkey.Job, rec.ID, logkey.Event, string(ev), logkey.Error, err)
 	}
 }
 
@@ -86,7 +87,7 @@ func (w *hookWorker) Work(ctx context.Context, j *riverqueue.Job[hookArgs]) erro
 		}
 		return nil
 	}); uerr != nil {
-		q.log.Warn("job webhook delivery not recorded", "job", rec.ID, "error", uerr)
+		q.log.Warn("job webhook delivery not recorded", logkey.Job, rec.ID, logkey.Error, uerr)
 	}
 	return err
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/jobs"
+	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/store"
 	"github.com/agentrunner/runner/internal/wire"
@@ -218,7 +219,7 @@ func open[TTx any](ctx context.Context, drv riverdriver.Driver[TTx], tab *table,
 	riverqueue.AddWorker(workers, &tickWorker{q: q})
 	client, err := riverqueue.NewClient(drv, &riverqueue.Config{
 		ID:     cfg.Replica + "-" + randomHex(4),
-		Logger: cfg.Logger.With("component", "river"),
+		Logger: slog.New(warnOnly{cfg.Logger.Handler()}).With("component", "river"),
 		Queues: map[string]riverqueue.QueueConfig{
 			queueRuns:    {MaxWorkers: cfg.Concurrency},
 			queueControl: {MaxWorkers: 4},
@@ -263,6 +264,17 @@ func (q *Queue) Stop(ctx context.Context) error {
 	}
 	return err
 }
+
+// warnOnly passes River's warnings and errors on: at info it logs its
+// producers' job counts every few seconds.
+type warnOnly struct{ slog.Handler }
+
+func (w warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && w.Handler.Enabled(ctx, l)
+}
+
+func (w warnOnly) WithAttrs(as []slog.Attr) slog.Handler { return warnOnly{w.Handler.WithAttrs(as)} }
+func (w warnOnly) WithGroup(g string) slog.Handler       { return warnOnly{w.Handler.WithGroup(g)} }
 
 func randomHex(n int) string {
 	b := make([]byte, n)
@@ -409,7 +421,7 @@ func (q *Queue) Cancel(ctx context.Context, sc jobs.Scope, id string) (jobs.Job,
 		// The replica running it hears of this and cancels the attempt's
 		// context, which kills its turn (work.go).
 		if _, err := q.river.JobCancel(ctx, rid); err != nil && !errors.Is(err, riverqueue.ErrNotFound) {
-			q.log.Warn("job cancel: river", "job", id, "error", err)
+			q.log.Warn("job cancel: river", logkey.Job, id, logkey.Error, err)
 		}
 	}
 	if wasRunning && rec.SessionID != "" {

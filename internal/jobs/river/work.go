@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/jobs"
+	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/store"
 	"github.com/agentrunner/runner/internal/wire"
@@ -359,7 +360,7 @@ func (q *Queue) endAttempt(ctx context.Context, id, turnID, outcome, msg string)
 		return nil
 	})
 	if err != nil {
-		q.log.Warn("job attempt not recorded", "job", id, "turn", turnID, "error", err)
+		q.log.Warn("job attempt not recorded", logkey.Job, id, logkey.Turn, turnID, logkey.Error, err)
 	}
 }
 
@@ -370,7 +371,7 @@ func (q *Queue) dropAttempt(ctx context.Context, id, turnID string) {
 		return nil
 	})
 	if err != nil {
-		q.log.Warn("job attempt not recorded", "job", id, "turn", turnID, "error", err)
+		q.log.Warn("job attempt not recorded", logkey.Job, id, logkey.Turn, turnID, logkey.Error, err)
 	}
 }
 
@@ -391,7 +392,7 @@ func (q *Queue) supersede(ctx context.Context, id string, run int, turnID string
 		return nil
 	})
 	if err != nil {
-		q.log.Warn("job attempt not recorded", "job", id, "turn", turnID, "error", err)
+		q.log.Warn("job attempt not recorded", logkey.Job, id, logkey.Turn, turnID, logkey.Error, err)
 	}
 }
 
