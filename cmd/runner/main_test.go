@@ -14,7 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/agentrunner/runner/internal/agent/agenttest"
+	"github.com/agentrunner/runner/internal/leaktest"
 	"github.com/agentrunner/runner/internal/runnertest"
 	"github.com/agentrunner/runner/internal/wire"
 )
@@ -32,7 +35,7 @@ func TestMain(m *testing.M) {
 			os.Exit(run(context.Background(), os.Args[1:], os.Environ(), os.Stdin, os.Stdout, os.Stderr))
 		}
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m, leaktest.Global()...)
 }
 
 const testToken = "cmd-test-token-0123456789"

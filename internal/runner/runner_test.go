@@ -21,6 +21,7 @@ import (
 	"github.com/agentrunner/runner/internal/sandbox/local"
 	"github.com/agentrunner/runner/internal/store"
 	"github.com/agentrunner/runner/internal/wire"
+	"github.com/agentrunner/runner/internal/workspace/workspacetest"
 )
 
 func TestMain(m *testing.M) {
@@ -33,7 +34,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == local.NetSetupCommand {
 		os.Exit(local.NetSetupMain())
 	}
-	os.Exit(m.Run())
+	workspacetest.Main(m) // stops the S3 server the durable tests share, then checks for leaks
 }
 
 type env struct {

@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/agentrunner/runner/internal/agent/agenttest"
+	"github.com/agentrunner/runner/internal/leaktest"
 	"github.com/agentrunner/runner/internal/runnertest"
 )
 
@@ -25,8 +28,13 @@ var runnerBin string
 
 func TestMain(m *testing.M) {
 	agenttest.MaybeRun()
-	os.Exit(buildAndRun(m))
+	goleak.VerifyTestMain(suite{m}, leaktest.Global()...)
 }
+
+// suite builds the runner before the tests run; the leak check comes after.
+type suite struct{ m *testing.M }
+
+func (s suite) Run() int { return buildAndRun(s.m) }
 
 func buildAndRun(m *testing.M) int {
 	flag.Parse()

@@ -8,7 +8,10 @@ import (
 	"path/filepath"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/agentrunner/runner/internal/filetree"
+	"github.com/agentrunner/runner/internal/leaktest"
 	"github.com/agentrunner/runner/internal/workspace"
 	"github.com/agentrunner/runner/internal/workspace/fs"
 )
@@ -48,12 +51,15 @@ func benchWorkspace(b *testing.B) string {
 	return dir
 }
 
+// TestMain removes the benchmarks' shared tree and fails the package's
+// tests when one leaves a goroutine running.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if benchTree != "" {
-		os.RemoveAll(benchTree)
-	}
-	os.Exit(code)
+	goleak.VerifyTestMain(m, append(leaktest.Global(), goleak.Cleanup(func(code int) {
+		if benchTree != "" {
+			os.RemoveAll(benchTree)
+		}
+		os.Exit(code)
+	}))...)
 }
 
 func newStore(b *testing.B) workspace.Store {

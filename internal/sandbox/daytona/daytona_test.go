@@ -18,8 +18,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
 
 	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/leaktest"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandbox/daytona"
 	"github.com/agentrunner/runner/internal/sandbox/daytona/daytonatest"
@@ -40,7 +42,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "channel-echo" {
 		os.Exit(channelEcho())
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m, leaktest.Global()...)
 }
 
 // channelEcho plays the tool relay inside a sandbox: it opens the channel

@@ -5,6 +5,9 @@ import (
 	"os"
 	"testing"
 
+	"go.uber.org/goleak"
+
+	"github.com/agentrunner/runner/internal/leaktest"
 	"github.com/agentrunner/runner/internal/store"
 	"github.com/agentrunner/runner/internal/store/postgres"
 	"github.com/agentrunner/runner/internal/store/storetest"
@@ -16,7 +19,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envURL) == "" {
 		fmt.Fprintf(os.Stderr, "store/postgres: %s is not set; skipping the PostgreSQL tests\n", envURL)
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m, leaktest.Global()...)
 }
 
 // newSchema is a fresh schema's URL (storetest.PostgresSchema).

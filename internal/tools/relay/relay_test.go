@@ -21,7 +21,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/goleak"
 
+	"github.com/agentrunner/runner/internal/leaktest"
 	"github.com/agentrunner/runner/internal/runnertest"
 	"github.com/agentrunner/runner/internal/tools"
 	"github.com/agentrunner/runner/internal/tools/relay"
@@ -34,7 +36,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("RUNNER_TEST_MCP_STDIO") == "1" {
 		os.Exit(relay.MCPStdio(context.Background(), os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m, leaktest.Global()...)
 }
 
 type env struct {

@@ -20,6 +20,9 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	"go.uber.org/goleak"
+
+	"github.com/agentrunner/runner/internal/leaktest"
 )
 
 // EnvS3 names the SeaweedFS `weed` binary the S3 tests start (.ci/s3.sh
@@ -55,14 +58,23 @@ var (
 	initErr error
 )
 
-// Main runs a test binary's tests and stops the server they started; call
-// it from TestMain.
+// Main runs a test binary's tests, stops the server they started, and
+// then fails the binary if a test left a goroutine running (leaktest);
+// call it from TestMain.
 func Main(m *testing.M) {
-	code := m.Run()
+	goleak.VerifyTestMain(stopAfter{m}, leaktest.Global()...)
+}
+
+// stopAfter stops the shared server once the tests ran, before the leak
+// check looks: its waiter is the package's, not a test's.
+type stopAfter struct{ m *testing.M }
+
+func (s stopAfter) Run() int {
+	code := s.m.Run()
 	if shared != nil {
 		shared.Stop()
 	}
-	os.Exit(code)
+	return code
 }
 
 // S3 returns the package's shared server, starting it at first use; it
