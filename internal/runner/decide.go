@@ -126,13 +126,13 @@ func (s *Service) rememberPause(ctx context.Context, log *slog.Logger, k store.S
 	}
 	if !durable {
 		s.mu.Lock()
-		s.paused[k] = p.req
+		s.paused[k] = pausedTurn{req: p.req, whole: true, at: time.Now()}
 		s.mu.Unlock()
 		return
 	}
 	bare, secrets := splitSecrets(p.req)
 	s.mu.Lock()
-	s.paused[k] = secrets
+	s.paused[k] = pausedTurn{req: secrets}
 	s.mu.Unlock()
 	b, err := json.Marshal(bare)
 	if err == nil && len(b) > maxResumeBytes {
@@ -142,13 +142,27 @@ func (s *Service) rememberPause(ctx context.Context, log *slog.Logger, k store.S
 		err = rs.PutResume(ctx, store.Resume{ProjectID: k.ProjectID, SessionID: k.SessionID, Request: b, Secrets: secrets != nil, CreatedAt: time.Now()})
 	}
 	if err != nil {
-		// The pause holds while this runner does; after a restart the
-		// decision must come as a new /run (Decide says so).
+		// The pause holds while this runner does (it keeps the whole
+		// request); after a restart the decision must come as a new /run
+		// (Decide says so).
 		log.Warn("paused turn not resumable after a restart", logkey.Error, err)
+		s.mu.Lock()
+		s.paused[k] = pausedTurn{req: p.req, whole: true, at: time.Now()}
+		s.mu.Unlock()
 		if derr := rs.DeleteResume(ctx, k); derr != nil {
 			log.Warn("resume record not deleted", logkey.Error, derr)
 		}
 	}
+}
+
+// pausedTurn is what this runner holds in memory of a paused turn.
+type pausedTurn struct {
+	// req is the request's secrets alone (nil when it had none), or the
+	// whole request when whole: no resume record keeps the rest (a store
+	// without them, a request too large for one, a failed write).
+	req   *wire.Request
+	whole bool
+	at    time.Time // when a whole request paused
 }
 
 // splitSecrets returns req without the fields that carry secrets
@@ -177,6 +191,11 @@ func splitSecrets(req *wire.Request) (wire.Request, *wire.Request) {
 		c.Authorization = ""
 		bare.ToolCallback = &c
 	}
+	// The exporter's headers carry the caller's platform credential.
+	if _, h := req.TelemetryConfig().OTLP(); len(h) > 0 {
+		has = true
+		bare.Telemetry = nil
+	}
 	if len(req.MCPServers) > 0 {
 		bare.MCPServers = append([]wire.MCPServer(nil), req.MCPServers...)
 		for i := range bare.MCPServers {
@@ -188,7 +207,7 @@ func splitSecrets(req *wire.Request) (wire.Request, *wire.Request) {
 	if !has {
 		return bare, nil
 	}
-	return bare, &wire.Request{Connection: req.Connection, ModelConnection: req.ModelConnection, ToolCallback: req.ToolCallback, MCPServers: req.MCPServers}
+	return bare, &wire.Request{Connection: req.Connection, ModelConnection: req.ModelConnection, ToolCallback: req.ToolCallback, MCPServers: req.MCPServers, Telemetry: req.Telemetry}
 }
 
 // pausedRequest returns the request of the session's paused turn: from
@@ -197,34 +216,58 @@ func splitSecrets(req *wire.Request) (wire.Request, *wire.Request) {
 func (s *Service) pausedRequest(ctx context.Context, k store.SessionKey, g *gate, approved bool) (*wire.Request, error) {
 	again := fmt.Sprintf("send the decision as the next /run whose last message is a tool_result {\"approved\": %v} for toolCallId %q", approved, g.ToolCallID)
 	s.mu.Lock()
-	secrets, held := s.paused[k]
+	pt, held := s.paused[k]
 	s.mu.Unlock()
+	if held && pt.whole {
+		if err := s.expired(g, pt.at); err != nil {
+			return nil, err
+		}
+		return pt.req, nil
+	}
+	secrets := pt.req
 	rs, durable := s.store.(store.Resumes)
 	if !durable {
-		if !held {
-			return nil, errdefs.With(errdefs.ErrConflict, fmt.Errorf("interaction %s: this runner no longer holds the paused turn's configuration (it restarted); %s", g.InteractionID, again))
-		}
-		return secrets, nil
+		return nil, errdefs.With(errdefs.ErrConflict, fmt.Errorf("interaction %s: this runner no longer holds the paused turn's configuration (it restarted); %s", g.InteractionID, again))
 	}
 	rec, err := rs.GetResume(ctx, k)
 	if errors.Is(err, errdefs.ErrNotFound) {
-		return nil, errdefs.With(errdefs.ErrConflict, fmt.Errorf("interaction %s: the paused turn's configuration was not kept (too large, or written by an older runner); %s", g.InteractionID, again))
+		return nil, errdefs.With(errdefs.ErrConflict, fmt.Errorf("interaction %s: the paused turn's configuration was not kept (too large, or written by an older runner) and this runner restarted since; %s", g.InteractionID, again))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("interaction %s: %w", g.InteractionID, err)
 	}
-	if ttl := s.cfg.ApprovalTTL; time.Since(rec.CreatedAt) > ttl {
-		return nil, errdefs.With(errdefs.ErrUnprocessable, fmt.Errorf("interaction %s expired: it waited %s, longer than AGENTA_RUNNER_SESSION_APPROVAL_TTL_MS (%s); send a new message to start the turn again", g.InteractionID, time.Since(rec.CreatedAt).Round(time.Second), ttl))
+	if err := s.expired(g, rec.CreatedAt); err != nil {
+		return nil, err
 	}
 	if rec.Secrets && (!held || secrets == nil) {
-		return nil, errdefs.With(errdefs.ErrConflict, fmt.Errorf("interaction %s: the paused turn's credentials are not kept on disk and this runner restarted since; %s", g.InteractionID, again))
+		return nil, errdefs.With(errdefs.ErrConflict, fmt.Errorf("interaction %s: the paused turn's credentials are not kept on disk and this runner restarted since; %s, carrying the turn's credentials again", g.InteractionID, again))
 	}
 	var req wire.Request
 	if err := json.Unmarshal(rec.Request, &req); err != nil {
 		return nil, fmt.Errorf("interaction %s: resume record: %w", g.InteractionID, err)
 	}
 	if rec.Secrets {
-		req.Connection, req.ModelConnection, req.ToolCallback, req.MCPServers = secrets.Connection, secrets.ModelConnection, secrets.ToolCallback, secrets.MCPServers
+		mergeSecrets(&req, secrets)
 	}
 	return &req, nil
+}
+
+// mergeSecrets is splitSecrets undone: the secret fields back into bare.
+func mergeSecrets(bare, secrets *wire.Request) {
+	if secrets == nil {
+		return
+	}
+	bare.Connection, bare.ModelConnection, bare.ToolCallback, bare.MCPServers = secrets.Connection, secrets.ModelConnection, secrets.ToolCallback, secrets.MCPServers
+	if len(secrets.Telemetry) > 0 {
+		bare.Telemetry = secrets.Telemetry
+	}
+}
+
+// expired is the refusal of an answer to an approval that paused at
+// since and has waited longer than the approval TTL, or nil.
+func (s *Service) expired(g *gate, since time.Time) error {
+	if ttl, waited := s.cfg.ApprovalTTL, time.Since(since); waited > ttl {
+		return errdefs.With(errdefs.ErrUnprocessable, fmt.Errorf("interaction %s expired: it waited %s, longer than AGENTA_RUNNER_SESSION_APPROVAL_TTL_MS (%s); send a new message to start the turn again", g.InteractionID, waited.Round(time.Second), ttl))
+	}
+	return nil
 }

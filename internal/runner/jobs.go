@@ -21,6 +21,10 @@ func (s *Service) Check(ctx context.Context, req *wire.Request) error {
 // request durably and must not write its secrets in the clear.
 func SplitSecrets(req *wire.Request) (wire.Request, *wire.Request) { return splitSecrets(req) }
 
+// MergeSecrets puts what SplitSecrets took out of a request back into
+// bare; nil secrets leave it as it is.
+func MergeSecrets(bare *wire.Request, secrets *wire.Request) { mergeSecrets(bare, secrets) }
+
 // Interrupted reports a turn that the runner stopped or could not serve
 // for its own reasons (shutting down, draining, its store unavailable):
 // nothing the request or the model did, so worth running again.

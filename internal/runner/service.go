@@ -49,9 +49,8 @@ type Service struct {
 	// paused caches, per session whose last turn paused, what a decision
 	// arriving through /v1 needs beyond the store's resume record
 	// (store.Resumes): the request's secrets, which are not written to
-	// disk (nil when it had none). With a store that cannot keep resume
-	// records it holds the whole request.
-	paused map[store.SessionKey]*wire.Request
+	// disk, or the whole request when no record keeps it.
+	paused map[store.SessionKey]pausedTurn
 }
 
 type harness struct {
@@ -103,7 +102,7 @@ func New(cfg Config, providers []sandbox.Provider, driver agent.Driver, st store
 	s := &Service{
 		cfg: cfg, providers: map[string]sandbox.Provider{}, harnesses: map[string]harness{},
 		driver: driver, store: st, log: cfg.Logger,
-		inflight: map[*turn]struct{}{}, busy: map[store.SessionKey]*turn{}, paused: map[store.SessionKey]*wire.Request{}, held: map[store.SessionKey]heldSession{},
+		inflight: map[*turn]struct{}{}, busy: map[store.SessionKey]*turn{}, paused: map[store.SessionKey]pausedTurn{}, held: map[store.SessionKey]heldSession{},
 		health: storeHealth{wake: make(chan struct{}, 1), pending: map[turnRef]store.Turn{}},
 	}
 	s.pools = map[string]*pool.Pool{}

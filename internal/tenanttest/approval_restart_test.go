@@ -8,22 +8,42 @@ import (
 	"github.com/agentrunner/runner/internal/wire"
 )
 
+// askPrompt is the fake harness's script of an asking turn: it asks
+// permission for "deploy", then says after-deploy.
+const askPrompt = "permission deploy\nsay after-deploy"
+
 // askingTurn runs a turn of the fake harness that asks permission for
 // "deploy" under an ask-everything policy and returns the interaction id
 // it raised.
 func askingTurn(t *testing.T, r *runner, session string) string {
 	t.Helper()
-	tr := r.stream(t, fake("permission deploy\nsay after-deploy", map[string]any{"sessionId": session, "permissions": map[string]any{"default": "ask"}}))
+	id, _ := askingTurnWith(t, r, session, nil)
+	return id
+}
+
+// askingTurnWith is askingTurn with fields merged into the request; it
+// returns the interaction id and the tool call id the request is about.
+func askingTurnWith(t *testing.T, r *runner, session string, fields map[string]any) (interactionID, toolCallID string) {
+	t.Helper()
+	req := fake(askPrompt, map[string]any{"sessionId": session, "permissions": map[string]any{"default": "ask"}})
+	for k, v := range fields {
+		req[k] = v
+	}
+	tr := r.stream(t, req)
 	if !tr.Result.OK || tr.Result.StopReason != "paused" {
 		t.Fatalf("want a paused turn, got %+v\n%s", tr.Result, tr.Raw)
 	}
 	for _, ev := range tr.Events {
 		if ev.Type == wire.EventInteractionReq {
-			return ev.ID
+			var p struct {
+				ToolCallID string `json:"toolCallId"`
+			}
+			_ = json.Unmarshal(ev.Payload, &p)
+			return ev.ID, p.ToolCallID
 		}
 	}
 	t.Fatalf("no interaction_request event:\n%s", tr.Raw)
-	return ""
+	return "", ""
 }
 
 // pendingOf is GET /v1/sessions/{id}'s pendingInteractions.

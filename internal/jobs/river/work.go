@@ -229,9 +229,7 @@ func (q *Queue) request(rec *record, sealed string) (*wire.Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	if secrets != nil {
-		req.Connection, req.ModelConnection, req.ToolCallback, req.MCPServers = secrets.Connection, secrets.ModelConnection, secrets.ToolCallback, secrets.MCPServers
-	}
+	runner.MergeSecrets(&req, secrets)
 	return &req, nil
 }
 
