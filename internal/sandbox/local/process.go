@@ -22,6 +22,33 @@ import (
 
 // Start implements sandbox.Sandbox.
 func (s *Sandbox) Start(ctx context.Context, c sandbox.Cmd) (sandbox.Process, error) {
+	for attempt := 1; ; attempt++ {
+		p, err := s.start(ctx, c)
+		if err == nil || attempt == setupAttempts || !errors.Is(err, errMountRace) || ctx.Err() != nil {
+			return p, err
+		}
+		s.log.Debug("sandbox setup raced a host unmount; starting again", logkey.Error, err, "attempt", attempt)
+	}
+}
+
+// setupAttempts bounds the starts of one command that lose errMountRace.
+const setupAttempts = 3
+
+// errMountRace is bwrap failing its setup because a mount beneath the
+// host's / went away while it remounted the tree read-only: `--ro-bind /
+// /` binds every host mount, then remounts each one it listed, and a
+// mount unmounted in between (another sandbox's disk, any FUSE or tmpfs
+// mount of the host) is gone by then. Nothing ran yet, so starting again
+// is safe.
+var errMountRace = errors.New("a host mount vanished during sandbox setup")
+
+// mountRaced reports whether bwrap's stderr is errMountRace's.
+func mountRaced(stderr string) bool {
+	return (strings.Contains(stderr, "Unable to apply mount flags") || strings.Contains(stderr, "Can't remount readonly")) &&
+		(strings.Contains(stderr, "No such file or directory") || strings.Contains(stderr, "Invalid argument"))
+}
+
+func (s *Sandbox) start(ctx context.Context, c sandbox.Cmd) (sandbox.Process, error) {
 	path := c.Path
 	if !filepath.IsAbs(path) {
 		lp, err := lookPath(path, c.Env)
@@ -108,6 +135,9 @@ func (s *Sandbox) Start(ctx context.Context, c sandbox.Cmd) (sandbox.Process, er
 		close(p.done) // a concurrent Destroy waits for it
 		s.forget(p)
 		stdout.Close()
+		if stderr := p.stderr.String(); mountRaced(stderr) {
+			err = fmt.Errorf("%w (%w)", err, errMountRace)
+		}
 		return nil, fmt.Errorf("start %s in sandbox %s: %w: %s", path, s.info.ID, err, p.stderr.String())
 	}
 	p.pidfd = pidfd
