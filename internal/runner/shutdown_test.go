@@ -76,6 +76,7 @@ func newTeardownEnv(t *testing.T, teardown time.Duration) (*env, *teardownStore)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { db.Close() }) // after the service's Shutdown, registered below
 	st := &teardownStore{Store: db}
 	e := newEnvWithStore(t, []sandbox.Provider{p}, st, func(c *runner.Config) { c.TeardownTimeout = teardown })
 	return e, st
