@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/agentrunner/runner/internal/harness"
 	"github.com/agentrunner/runner/internal/modeltest"
@@ -30,7 +29,7 @@ func TestRealHarnessesResumeInAnotherWorkdir(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(dir, h.Dir)); err != nil && os.Getenv("CI") == "" {
 				t.Skipf("%s is not installed in %s", name, dir)
 			}
-			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+			ctx, cancel := context.WithTimeout(t.Context(), realTurnBound)
 			defer cancel()
 			srv := modeltest.New(t, modeltest.WithScript(realScript))
 			req := func(msgs ...any) map[string]any {

@@ -26,6 +26,11 @@ import (
 // RUNNER_TEST_HARNESSES (codex is ~460 MB, so it runs only when listed).
 // They skip unless RUNNER_TEST_HARNESS_DIR names a dir filled by
 // `runner harness install`.
+// realTurnBound bounds one real-harness test: generous, as node's start
+// on a loaded 2-core machine takes minutes; it is a bound, not a
+// measurement.
+const realTurnBound = 12 * time.Minute
+
 func realHarnesses(tb testing.TB) (string, []string) {
 	tb.Helper()
 	if testing.Short() {
@@ -127,7 +132,7 @@ func TestRealHarnessesServe(t *testing.T) {
 			if !ok {
 				t.Fatalf("no test case for harness %q", name)
 			}
-			ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+			ctx, cancel := context.WithTimeout(t.Context(), realTurnBound)
 			defer cancel()
 			testRealHarness(t, ctx, dir, name, c)
 		})
@@ -258,6 +263,11 @@ func startRealServe(t testing.TB, ctx context.Context, harnessDir, data string, 
 		"AGENTA_RUNNER_LOCAL_ISOLATION=none",
 		"AGENTA_RUNNER_LOG_LEVEL=warn",
 		"AGENTA_RUNNER_TOKEN=" + testToken,
+		// No wall-clock run limits: on a loaded machine a real harness
+		// (node) may take minutes to say anything, and these tests are
+		// about what it says; the test's context bounds the wait.
+		"AGENTA_RUNNER_RUN_TTFB_TIMEOUT_MS=0",
+		"AGENTA_RUNNER_RUN_IDLE_TIMEOUT_MS=0",
 	}, extra...)
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	rs := &runningServe{base: base, cancel: cancel, done: make(chan int, 1), stderr: &runnertest.SyncBuffer{}}
@@ -491,7 +501,7 @@ func TestRealHarnessesIsolated(t *testing.T) {
 			if !ok {
 				t.Fatalf("no test case for harness %q", name)
 			}
-			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+			ctx, cancel := context.WithTimeout(t.Context(), realTurnBound)
 			defer cancel()
 			srv := modeltest.New(t, modeltest.WithScript(realScript))
 			data := t.TempDir()
