@@ -11,7 +11,7 @@ build:
 # of every failed test, and at the end the skipped (gated) tests with the
 # variable each needs.
 test:
-	set -o pipefail; $(GO) test -race -count=1 -timeout 15m -json ./... | $(GO) run ./internal/testreport
+	set -o pipefail; $(GO) test -race -count=1 -timeout 30m -json ./... | $(GO) run ./internal/testreport
 
 # The fast loop while editing: the unit tests, without the race detector;
 # the end-to-end ones (the tenant suite, real harnesses, the slowest
