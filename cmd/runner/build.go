@@ -16,6 +16,7 @@ import (
 	"github.com/agentrunner/runner/internal/agent/acp"
 	"github.com/agentrunner/runner/internal/config"
 	"github.com/agentrunner/runner/internal/gateway"
+	"github.com/agentrunner/runner/internal/harness"
 	"github.com/agentrunner/runner/internal/lograte"
 	"github.com/agentrunner/runner/internal/metrics"
 	"github.com/agentrunner/runner/internal/runner"
@@ -205,7 +206,7 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 	}
 	specs := map[string]agent.Spec{}
 	for name, h := range cfg.Harnesses {
-		specs[name] = agent.Builtin(name, h.Command)
+		specs[name] = harness.Spec(name, h.Command)
 	}
 	workspaces, err := workspaceResolver(cfg)
 	if err != nil {
@@ -237,7 +238,7 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 		Caps:            runner.Caps{Output: cfg.Limits.MaxOutputBytes, Result: cfg.Limits.MaxResultBytes, TurnLog: cfg.Limits.MaxTurnLogBytes},
 		SecretRefusal:   refuse,
 		Tools:           tc,
-		Configure:       harnessConfigurer(cfg, environ),
+		Configure:       harnessConfigurer(cfg, environ, providers...),
 		Binds:           append(harnessBinds(cfg, log), overrideBindsChecked(cfg)...),
 		Observers:       observers(cfg, replica, log, obs),
 		Workdir:         cfg.Workdir,

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 
@@ -56,10 +55,14 @@ func daytonaCmd(ctx context.Context, args []string, environ []string, stdout, st
 	if !ok {
 		return 2
 	}
-	installs, err := snapshotInstalls(strings.Split(*harnesses, ","))
+	images, err := harness.ImageInstalls(strings.Split(*harnesses, ","))
 	if err != nil {
 		fmt.Fprintln(stderr, "runner daytona snapshot build:", err)
 		return 2
+	}
+	var installs []daytona.SnapshotInstall
+	for _, in := range images {
+		installs = append(installs, daytona.SnapshotInstall(in))
 	}
 	if *name == "" {
 		*name = cfg.Daytona.Snapshot
@@ -91,63 +94,4 @@ func daytonaCmd(ctx context.Context, args []string, environ []string, stdout, st
 	}
 	fmt.Fprintln(stdout, snap.Name)
 	return 0
-}
-
-// snapshotInstalls maps harness names to the npm prefixes a snapshot
-// installs, one per catalogue Dir (pi_core and pi_agenta share one), with
-// the bins daytonaHarnessCommand starts.
-func snapshotInstalls(names []string) ([]daytona.SnapshotInstall, error) {
-	if len(names) == 1 && strings.TrimSpace(names[0]) == "all" {
-		names = harness.Names()
-	}
-	var out []daytona.SnapshotInstall
-	index := map[string]int{}
-	for _, n := range names {
-		n = strings.TrimSpace(n)
-		if n == "" {
-			continue
-		}
-		h, ok := harness.Lookup(n)
-		if !ok {
-			return nil, errdefs.Invalidf("unknown harness %q (built-in: %s)", n, strings.Join(harness.Names(), ", "))
-		}
-		i, seen := index[h.Dir]
-		if !seen {
-			in := daytona.SnapshotInstall{Dir: h.Dir}
-			for _, p := range h.Packages {
-				in.Packages = append(in.Packages, p.String())
-			}
-			if h.Dir == "pi" {
-				in.Bins = append(in.Bins, "pi") // PI_ACP_PI_COMMAND
-			}
-			i = len(out)
-			index[h.Dir] = i
-			out = append(out, in)
-		}
-		if !slices.Contains(out[i].Bins, h.Bin) {
-			out[i].Bins = append(out[i].Bins, h.Bin)
-		}
-	}
-	if len(out) == 0 {
-		return nil, errdefs.Invalidf("no harness named; list one or more of %s, or all", strings.Join(harness.Names(), ", "))
-	}
-	return out, nil
-}
-
-// daytonaHarnessCommand is where a built-in harness's ACP agent is inside a
-// sandbox made from a snapshot that `runner daytona snapshot build` built:
-// the command line, and the environment its launch needs (as
-// harness.Resolve returns them for the local harness dir). It reads no
-// file: the snapshot build checked the bins exist.
-func daytonaHarnessCommand(name string) (argv []string, env map[string]string, err error) {
-	h, ok := harness.Lookup(name)
-	if !ok {
-		return nil, nil, errdefs.Unprocessablef("unknown harness %q (built-in: %s)", name, strings.Join(harness.Names(), ", "))
-	}
-	bin := func(dir, b string) string { return daytona.HarnessPrefix + "/" + dir + "/node_modules/.bin/" + b }
-	argv = append([]string{bin(h.Dir, h.Bin)}, h.Args...)
-	if h.Dir == "pi" {
-		env = map[string]string{"PI_ACP_PI_COMMAND": bin("pi", "pi")}
-	}
-	return argv, env, nil
 }

@@ -5,9 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/agentrunner/runner/internal/harness"
+	"github.com/agentrunner/runner/internal/sandbox/daytona"
 	"github.com/agentrunner/runner/internal/sandbox/daytona/daytonatest"
 )
 
@@ -31,7 +30,7 @@ func TestDaytonaSnapshotBuild(t *testing.T) {
 				t.Errorf("Dockerfile lacks %s:\n%s", p, rec.Dockerfile)
 			}
 		}
-		argv, _, err := daytonaHarnessCommand(name)
+		argv, _, err := harness.ImageCommand(daytona.HarnessPrefix, name)
 		if err != nil || !strings.Contains(rec.Dockerfile, "test -x "+argv[0]) {
 			t.Errorf("%s: the build does not check the bin the runner starts (%v, %v)", name, argv, err)
 		}
@@ -75,25 +74,5 @@ func TestDaytonaSnapshotBuildFails(t *testing.T) {
 	errb.Reset()
 	if code := run(t.Context(), []string{"daytona", "snapshot", "build"}, testEnv(t), nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), "DAYTONA_API_KEY") {
 		t.Errorf("without a key: code %d stderr %q", code, errb.String())
-	}
-}
-
-func TestDaytonaHarnessCommand(t *testing.T) {
-	argv, env, err := daytonaHarnessCommand("pi_core")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff([]string{"/opt/runner/harnesses/pi/node_modules/.bin/pi-acp"}, argv); diff != "" {
-		t.Errorf("argv (-want +got):\n%s", diff)
-	}
-	if env["PI_ACP_PI_COMMAND"] != "/opt/runner/harnesses/pi/node_modules/.bin/pi" {
-		t.Errorf("env %v", env)
-	}
-	argv, _, _ = daytonaHarnessCommand("gemini")
-	if diff := cmp.Diff([]string{"/opt/runner/harnesses/gemini/node_modules/.bin/gemini", "--acp"}, argv); diff != "" {
-		t.Errorf("gemini argv (-want +got):\n%s", diff)
-	}
-	if _, _, err := daytonaHarnessCommand("nope"); err == nil {
-		t.Error("unknown harness accepted")
 	}
 }

@@ -157,7 +157,7 @@ func newDirect(b *testing.B, ctx context.Context, dir, name string, body map[str
 	for _, c := range req.ModelConnection.Credentials {
 		env[c.Binding.Name] = c.Value
 	}
-	mc, err := modelConn(name, req, env, func(string) string { return "" })
+	mc, err := harness.ModelConnFor(name, req, env, func(string) string { return "" })
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func newDirect(b *testing.B, ctx context.Context, dir, name string, body map[str
 	d.session = sess.SessionID
 	if name == "claude" {
 		// As the runner does for the default policy.
-		if err := d.conn.Call(ctx, "session/set_mode", map[string]any{"sessionId": d.session, "modeId": claudeMode(nil)}, nil); err != nil {
+		if err := d.conn.Call(ctx, "session/set_mode", map[string]any{"sessionId": d.session, "modeId": harness.ClaudeMode(nil)}, nil); err != nil {
 			d.close()
 			b.Fatalf("session/set_mode: %v", err)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentrunner/runner/internal/api"
 	"github.com/agentrunner/runner/internal/config"
+	"github.com/agentrunner/runner/internal/harness"
 	"github.com/agentrunner/runner/internal/jobs"
 	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/metrics/prom"
@@ -109,7 +110,7 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 	reaper.Start()
 	defer reaper.Stop()
 	var limited *api.ConnLimiter // set before the server serves
-	installed := &harnessStatusCache{status: func() map[string]any { return harnessStatus(cfg) }, now: time.Now}
+	installed := &harness.StatusCache{Status: func() map[string]any { return harnessStatus(cfg) }, Now: time.Now}
 	h := api.New(api.Config{
 		Token:             cfg.HTTP.Token,
 		ProjectTokens:     cfg.HTTP.ProjectTokens,
@@ -120,7 +121,7 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 		PingInterval:      cfg.HTTP.PingInterval,
 		ReadTimeout:       cfg.HTTP.ReadTimeout,
 		Health: func() map[string]any {
-			return map[string]any{"harnesses": svc.Harnesses(), "harnessesInstalled": installed.get(), "providers": svc.Providers(), "inFlight": svc.InFlight(), "warm": svc.Warm(), "connections": limited.Open()}
+			return map[string]any{"harnesses": svc.Harnesses(), "harnessesInstalled": installed.Get(), "providers": svc.Providers(), "inFlight": svc.InFlight(), "warm": svc.Warm(), "connections": limited.Open()}
 		},
 		SubscriptionStatus: func() map[string]any { return subscriptionStatus(cfg, environ) },
 		Ready:              svc.Ready,

@@ -19,6 +19,7 @@ import (
 	"github.com/agentrunner/runner/internal/agent"
 	"github.com/agentrunner/runner/internal/agent/agenttest"
 	"github.com/agentrunner/runner/internal/api"
+	"github.com/agentrunner/runner/internal/harness"
 	"github.com/agentrunner/runner/internal/leaktest"
 	"github.com/agentrunner/runner/internal/platform"
 	"github.com/agentrunner/runner/internal/platform/platformtest"
@@ -76,7 +77,7 @@ func newEnvObserved(t testing.TB, isolation string, observers []platform.Observe
 		DefaultProvider: "local",
 		Harnesses: map[string]agent.Spec{
 			"fake":   runnertest.Fake(),
-			"claude": agent.Builtin("claude", agenttest.Command()),
+			"claude": harness.Spec("claude", agenttest.Command()),
 			"ghost":  {Command: []string{"no-such-harness-binary"}},
 		},
 		BaseEnv:   []string{"PATH=/usr/bin:/bin"},

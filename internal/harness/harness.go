@@ -1,9 +1,13 @@
 // Package harness is the catalogue of the built-in real harnesses: which
 // npm packages make each one, at which pinned versions; installing them
 // into the runner's harness dir (Install), reporting what is there (List),
-// the command line that starts each one's ACP agent (Resolve), and the
-// harness's own configuration for a model connection (Configure). It has
-// no turn logic.
+// the command line that starts each one's ACP agent (Resolve, or
+// ImageCommand inside an image that has them), the harness's own
+// configuration for a model connection (Configure), and the policy that
+// turns a request into that configuration (NewConfigurer: which wire API
+// and key, the ACP mode, Pi's tools, the check of turns a harness ends
+// without saying why). Everything the runner knows of a particular
+// harness is here; it has no turn logic.
 //
 // Every harness installs into its own npm prefix, <dir>/<Dir>, with
 // `npm install --prefix`; nothing is ever fetched at turn time (no npx).

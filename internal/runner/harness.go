@@ -8,61 +8,21 @@ import (
 	"slices"
 
 	"github.com/agentrunner/runner/internal/agent"
+	builtin "github.com/agentrunner/runner/internal/harness" // the harness family's configuration types
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/wire"
 )
 
-// HarnessSetup is what a harness configurer is given for one session.
-type HarnessSetup struct {
-	Harness string
-	// Provider is the sandbox provider the harness runs in ("local",
-	// "daytona"): where its installed command lives.
-	Provider string
-	Request  *wire.Request
-	// Env is the materialised model connection (already validated).
-	Env map[string]string
-	// Home is the session's private $HOME inside the sandbox.
-	Home string
-	// Root reports whether the harness runs as root inside the sandbox.
-	Root bool
-}
-
-// HarnessConfig is a harness's own configuration for one session,
-// generated from the model connection (issue: real harnesses).
-type HarnessConfig struct {
-	// Command, if set, replaces the launch table's command (an installed
-	// harness resolved to absolute paths).
-	Command []string
-	// Files are written under Home before the harness starts: path
-	// relative to Home → content.
-	Files map[string]HarnessFile
-	// Env is added to the harness environment.
-	Env map[string]string
-	// Mode, if set, is applied with session/set_mode (Claude's permission
-	// mode, Codex's harnessMode).
-	Mode string
-	// Diagnose, if set, runs after each turn of the session that the
-	// harness ended without an error; an error it returns fails the turn.
-	// It is for harnesses that swallow failures (pi-acp ends a failed
-	// model call with end_turn and no text; only its session file says
-	// why).
-	Diagnose func(ctx context.Context, in DiagnoseInput) error
-}
-
-// DiagnoseInput is a finished turn, as Diagnose sees it.
-type DiagnoseInput struct {
-	// Sandbox is where the harness runs; Home is its session's $HOME there.
-	Sandbox sandbox.Sandbox
-	Home    string
-	// AgentSessionID is the harness's own session id.
-	AgentSessionID string
-	StopReason     string
-	// Output is the turn's agent text; ToolCalls counts its tool_call
-	// events; Events are all of the turn's events so far.
-	Output    string
-	ToolCalls int
-	Events    []wire.Event
-}
+// The harness configuration's types are the harness family's
+// (internal/harness, where each harness's policy lives); the turn knows
+// them by these names.
+type (
+	HarnessSetup  = builtin.Setup
+	HarnessConfig = builtin.Launch
+	HarnessFile   = builtin.LaunchFile
+	DiagnoseInput = builtin.DiagnoseInput
+	Configurer    = builtin.Configurer
+)
 
 // diagnose runs the session's Diagnose, if any, on a turn that ended
 // without an error.
@@ -82,16 +42,6 @@ func (t *turn) diagnose(ctx context.Context, lv *live, out agent.Outcome) error 
 		StopReason: out.StopReason, Output: t.outputText(), ToolCalls: calls, Events: evs,
 	})
 }
-
-// HarnessFile is one configuration file.
-type HarnessFile struct {
-	Content []byte
-	Mode    uint32
-}
-
-// Configurer turns a request into a harness's own configuration. It
-// returns a zero HarnessConfig for harnesses it does not know.
-type Configurer func(ctx context.Context, s HarnessSetup) (HarnessConfig, error)
 
 // configure runs the configurer and writes its files into the sandbox.
 func (c *coldStart) configure(ctx context.Context, sb sandbox.Sandbox, lv *live) (HarnessConfig, error) {

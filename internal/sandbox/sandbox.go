@@ -78,6 +78,13 @@ type Describer interface {
 	Describe() map[string]any
 }
 
+// HarnessImage is a Provider whose sandboxes come with the built-in
+// harnesses installed in their image, one npm prefix per harness under
+// HarnessPrefix(), instead of seeing the runner host's harness dir.
+type HarnessImage interface {
+	HarnessPrefix() string
+}
+
 // Sandbox is one isolated place to run a harness.
 type Sandbox interface {
 	// Info describes the sandbox; it never changes after Create.

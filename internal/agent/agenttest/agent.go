@@ -20,7 +20,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentrunner/runner/internal/agent"
+	"github.com/agentrunner/runner/internal/harness"
 	"github.com/agentrunner/runner/internal/jsonrpc"
 )
 
@@ -103,7 +103,7 @@ func storeDir(cwd string) string {
 	if home == "" {
 		home = os.TempDir()
 	}
-	return filepath.Join(home, StateDir, agent.ClaudeProjectKey(cwd))
+	return filepath.Join(home, StateDir, harness.ClaudeProjectKey(cwd))
 }
 
 func (s *session) save() {

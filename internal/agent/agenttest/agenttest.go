@@ -14,6 +14,7 @@ import (
 	"os"
 
 	"github.com/agentrunner/runner/internal/agent"
+	"github.com/agentrunner/runner/internal/harness"
 	"github.com/agentrunner/runner/internal/jsonrpc"
 )
 
@@ -24,7 +25,7 @@ const StateDir = ".fakeagent"
 // KeyedDirs are the fake agent's directories named after the working
 // directory, for agent.Spec.KeyedDirs.
 func KeyedDirs() []agent.KeyedDir {
-	return []agent.KeyedDir{{Dir: StateDir, Key: agent.ClaudeProjectKey}}
+	return []agent.KeyedDir{{Dir: StateDir, Key: harness.ClaudeProjectKey}}
 }
 
 // Arg is the argument that turns the test binary into the fake agent.

@@ -96,11 +96,12 @@ type Provider struct {
 }
 
 var (
-	_ sandbox.Provider  = (*Provider)(nil)
-	_ sandbox.Opener    = (*Provider)(nil)
-	_ sandbox.Describer = (*Provider)(nil)
-	_ sandbox.Remover   = (*Provider)(nil)
-	_ sandbox.Lister    = (*Provider)(nil)
+	_ sandbox.Provider     = (*Provider)(nil)
+	_ sandbox.Opener       = (*Provider)(nil)
+	_ sandbox.Describer    = (*Provider)(nil)
+	_ sandbox.Remover      = (*Provider)(nil)
+	_ sandbox.Lister       = (*Provider)(nil)
+	_ sandbox.HarnessImage = (*Provider)(nil)
 )
 
 // New returns a provider for cfg. It checks the configuration and that the
@@ -171,6 +172,10 @@ func New(cfg Config, logger *slog.Logger) (*Provider, error) {
 
 // Name is "daytona".
 func (p *Provider) Name() string { return "daytona" }
+
+// HarnessPrefix is where the snapshot (`runner daytona snapshot build`)
+// installed the harnesses.
+func (p *Provider) HarnessPrefix() string { return HarnessPrefix }
 
 // Describe reports what the provider enforces.
 func (p *Provider) Describe() map[string]any {

@@ -1,4 +1,4 @@
-package main
+package harness
 
 import (
 	"encoding/json"
@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/agentrunner/runner/internal/errdefs"
-	"github.com/agentrunner/runner/internal/runner"
 )
 
 // piBuiltinTools are the tools Pi's --tools flag knows.
@@ -22,17 +21,17 @@ const piToolsFile = ".pi/agent/pi-with-tools"
 // becomes a launcher running the installed pi with --tools (--no-tools
 // for an empty list). Absent or null keeps Pi's defaults. It returns the
 // launcher file and its path in the sandbox, or ok=false.
-func piTools(raw json.RawMessage, pi, home string) (runner.HarnessFile, string, bool, error) {
+func piTools(raw json.RawMessage, pi, home string) (LaunchFile, string, bool, error) {
 	if len(raw) == 0 || string(raw) == "null" || pi == "" {
-		return runner.HarnessFile{}, "", false, nil
+		return LaunchFile{}, "", false, nil
 	}
 	var names []string
 	if err := json.Unmarshal(raw, &names); err != nil {
-		return runner.HarnessFile{}, "", false, errdefs.Invalidf("tools: want a list of Pi built-in tool names (%s)", strings.Join(piBuiltinTools, ", "))
+		return LaunchFile{}, "", false, errdefs.Invalidf("tools: want a list of Pi built-in tool names (%s)", strings.Join(piBuiltinTools, ", "))
 	}
 	for i, n := range names {
 		if !slices.Contains(piBuiltinTools, n) {
-			return runner.HarnessFile{}, "", false, errdefs.Invalidf("tools[%d]: %q is not a Pi built-in tool (%s); send runner-served tools as customTools", i, n, strings.Join(piBuiltinTools, ", "))
+			return LaunchFile{}, "", false, errdefs.Invalidf("tools[%d]: %q is not a Pi built-in tool (%s); send runner-served tools as customTools", i, n, strings.Join(piBuiltinTools, ", "))
 		}
 	}
 	flag := "--no-tools"
@@ -40,7 +39,7 @@ func piTools(raw json.RawMessage, pi, home string) (runner.HarnessFile, string, 
 		flag = "--tools " + strings.Join(names, ",")
 	}
 	script := "#!/bin/sh\nexec " + shellQuote(pi) + " " + flag + " \"$@\"\n"
-	return runner.HarnessFile{Content: []byte(script), Mode: 0o755}, path.Join(home, piToolsFile), true, nil
+	return LaunchFile{Content: []byte(script), Mode: 0o755}, path.Join(home, piToolsFile), true, nil
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
