@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentrunner/runner/internal/client"
 	"github.com/agentrunner/runner/internal/render"
 )
 
@@ -40,14 +41,15 @@ func health(ctx context.Context, args []string, environ []string, stdout, stderr
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, *url+"/health", nil)
+	c := client.Client{Base: *url}
+	req, err := c.NewRequest(ctx, http.MethodGet, "/health", nil)
 	if err != nil {
 		fmt.Fprintln(stderr, "runner health:", err)
 		return 2
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.Send(req)
 	if err != nil {
-		fmt.Fprintf(stderr, "runner health: %v (is `runner serve` running at %s?)\n", err, *url)
+		fmt.Fprintln(stderr, "runner health:", err)
 		return 1
 	}
 	defer resp.Body.Close()

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -14,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/agentrunner/runner/internal/client"
 	"github.com/agentrunner/runner/internal/jobs"
 	"github.com/agentrunner/runner/internal/render"
 )
@@ -73,7 +73,7 @@ func jobsCmd(ctx context.Context, args []string, environ []string, stdin io.Read
 		fmt.Fprintf(stderr, "%s: %s\n", name, map[bool]string{true: "give one job id", false: "takes no argument"}[needID])
 		return 2
 	}
-	c := sessionsClient{base: strings.TrimRight(*base, "/"), token: cfg.HTTP.Token, name: name, stderr: stderr}
+	c := sessionsClient{c: client.Client{Base: strings.TrimRight(*base, "/"), Token: cfg.HTTP.Token}, name: name, stderr: stderr}
 	q := url.Values{}
 	if *project != "" {
 		q.Set("projectId", *project)
@@ -151,22 +151,16 @@ func jobsCmd(ctx context.Context, args []string, environ []string, stdin io.Read
 // send is one request with a JSON body (nil for none); a status other
 // than 2xx is reported with the service's message.
 func (c sessionsClient) send(ctx context.Context, method, path string, body []byte) ([]byte, bool) {
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, bytes.NewReader(body))
-	if err != nil {
-		fmt.Fprintf(c.stderr, "%s: %v\n", c.name, err)
-		return nil, false
+	if body == nil {
+		body = []byte{} // sent as JSON, empty
 	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		fmt.Fprintf(c.stderr, "%s: %v (is `runner serve` running at %s?)\n", c.name, err, c.base)
+	resp, err := c.c.Do(ctx, method, path, body)
+	if !c.ok(err) {
 		return nil, false
 	}
 	defer resp.Body.Close()
 	out, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		fmt.Fprintf(c.stderr, "%s: %v\n", c.name, err)
+	if !c.ok(err) {
 		return nil, false
 	}
 	if resp.StatusCode/100 != 2 {

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentrunner/runner/internal/client"
 	"github.com/agentrunner/runner/internal/render"
 	"github.com/agentrunner/runner/internal/sandbox/egress"
 	"github.com/agentrunner/runner/internal/wire"
@@ -177,7 +178,7 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 			return fail("-url needs AGENTA_RUNNER_TOKEN, the service's token")
 		}
 		serviceURL = strings.TrimRight(*base, "/")
-		backend = serviceTurns{base: serviceURL, token: cfg.HTTP.Token, client: &http.Client{}}
+		backend = serviceTurns{client.Client{Base: serviceURL, Token: cfg.HTTP.Token, HTTP: &http.Client{}}}
 	} else {
 		level := "warn"
 		if mode == "text" {

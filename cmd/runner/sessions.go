@@ -1,9 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/agentrunner/runner/internal/client"
 	"github.com/agentrunner/runner/internal/render"
 	"github.com/agentrunner/runner/internal/wire"
 )
@@ -69,7 +70,7 @@ func sessions(ctx context.Context, args []string, environ []string, stdout, stde
 		fmt.Fprintf(stderr, "%s: set AGENTA_RUNNER_TOKEN to the service's token\n", name)
 		return 2
 	}
-	c := sessionsClient{base: strings.TrimRight(*base, "/"), token: cfg.HTTP.Token, name: name, stderr: stderr}
+	c := sessionsClient{c: client.Client{Base: strings.TrimRight(*base, "/"), Token: cfg.HTTP.Token}, name: name, stderr: stderr}
 	color := render.ColorEnabled(isTerminal(stdout), envLookup(environ))
 	if tail {
 		if fs.NArg() != 1 {
@@ -193,57 +194,41 @@ func showSession(w io.Writer, v sessionView) {
 	fmt.Fprintf(w, "follow it: runner sessions tail %s\n", render.Clean(v.ID))
 }
 
+// sessionsClient is the service's client, its errors written to stderr
+// under the command's name.
 type sessionsClient struct {
-	base, token, name string
-	stderr            io.Writer
+	c      client.Client
+	name   string
+	stderr io.Writer
 }
 
 func (c sessionsClient) do(ctx context.Context, path string) (*http.Response, bool) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
-	if err != nil {
-		fmt.Fprintf(c.stderr, "%s: %v\n", c.name, err)
-		return nil, false
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("Accept", "application/x-ndjson")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		fmt.Fprintf(c.stderr, "%s: %v (is `runner serve` running at %s?)\n", c.name, err, c.base)
-		return nil, false
-	}
-	if resp.StatusCode != http.StatusOK {
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		fmt.Fprintf(c.stderr, "%s: %s: %s\n", c.name, resp.Status, serviceMessage(body))
-		return nil, false
-	}
-	return resp, true
+	resp, err := c.c.Open(ctx, http.MethodGet, path, nil)
+	return resp, c.ok(err)
 }
 
 // serviceMessage is the error an answer carries ({"error": …}, else its
 // text), safe to print.
-func serviceMessage(body []byte) string {
-	var e struct {
-		Error string `json:"error"`
-	}
-	if json.Unmarshal(body, &e) != nil || e.Error == "" {
-		e.Error = strings.TrimSpace(string(body))
-	}
-	return render.Clean(e.Error)
-}
+func serviceMessage(body []byte) string { return render.Clean(client.ErrorMessage(body)) }
 
 func (c sessionsClient) get(ctx context.Context, path string) ([]byte, bool) {
-	resp, ok := c.do(ctx, path)
-	if !ok {
-		return nil, false
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
+	body, err := c.c.Get(ctx, path)
+	return body, c.ok(err)
+}
+
+// ok writes err, if any, under the command's name: a refusal as its
+// status and the service's message, made safe for a terminal.
+func (c sessionsClient) ok(err error) bool {
+	var se *client.StatusError
+	switch {
+	case errors.As(err, &se):
+		fmt.Fprintf(c.stderr, "%s: %s: %s\n", c.name, se.Status, render.Clean(se.Message))
+	case err != nil:
 		fmt.Fprintf(c.stderr, "%s: %v\n", c.name, err)
-		return nil, false
+	default:
+		return true
 	}
-	return body, true
+	return false
 }
 
 // tail follows the session's event log live until ctx ends (Ctrl-C).
@@ -261,8 +246,7 @@ func (c sessionsClient) tail(ctx context.Context, id, project string, after int6
 	}
 	defer resp.Body.Close()
 	screen := render.New(stdout, opt)
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	sc := client.Lines(resp.Body)
 	for sc.Scan() {
 		if mode != "text" {
 			fmt.Fprintln(stdout, sc.Text())

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,9 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strings"
-	"time"
 
+	"github.com/agentrunner/runner/internal/client"
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/wire"
@@ -65,10 +62,7 @@ func (l localTurns) Cancel(ctx context.Context, req *wire.Request) {
 }
 
 // serviceTurns runs turns on a running `runner serve` over its HTTP API.
-type serviceTurns struct {
-	base, token string
-	client      *http.Client
-}
+type serviceTurns struct{ c client.Client }
 
 func (s serviceTurns) Run(ctx context.Context, req *wire.Request, sink runner.Sink) wire.Result {
 	body, err := json.Marshal(req)
@@ -92,52 +86,30 @@ func (s serviceTurns) Cancel(ctx context.Context, req *wire.Request) {
 		return
 	}
 	body, _ := json.Marshal(map[string]string{"sessionId": req.SessionID, "projectId": req.ProjectID})
-	hr, err := s.request(ctx, "/kill", body)
-	if err != nil {
-		return
-	}
-	if resp, err := s.client.Do(hr); err == nil {
+	if resp, err := s.c.Do(ctx, http.MethodPost, "/kill", body); err == nil {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
-}
-
-func (s serviceTurns) request(ctx context.Context, path string, body []byte) (*http.Request, error) {
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base+path, bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	hr.Header.Set("Authorization", "Bearer "+s.token)
-	hr.Header.Set("Content-Type", "application/json")
-	hr.Header.Set("Accept", "application/x-ndjson")
-	return hr, nil
 }
 
 // stream posts body and reads the NDJSON answer: events to sink, then the
 // result. A refusal is a non-200 {ok:false,error} or a 200 stream whose
 // only record is an ok:false result; both come back as the result.
 func (s serviceTurns) stream(ctx context.Context, req *wire.Request, path string, body []byte, sink runner.Sink) wire.Result {
-	hr, err := s.request(ctx, path, body)
+	resp, err := s.c.Open(ctx, http.MethodPost, path, body)
+	var se *client.StatusError
+	if errors.As(err, &se) {
+		var res wire.Result
+		_ = json.Unmarshal(se.Body, &res)
+		res.OK = false
+		res.Error = se.Error()
+		return res
+	}
 	if err != nil {
 		return failedResult(req, err)
 	}
-	resp, err := s.client.Do(hr)
-	if err != nil {
-		return failedResult(req, fmt.Errorf("%w (is `runner serve` running at %s?)", err, s.base))
-	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		var res wire.Result
-		if json.Unmarshal(b, &res) != nil || res.Error == "" {
-			res.Error = strings.TrimSpace(string(b))
-		}
-		res.OK = false
-		res.Error = fmt.Sprintf("%s: %s", resp.Status, res.Error)
-		return res
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	sc := client.Lines(resp.Body)
 	for sc.Scan() {
 		var rec wire.Record
 		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
@@ -162,32 +134,13 @@ func failedResult(req *wire.Request, err error) wire.Result {
 }
 
 // healthAt reports whether a runner answers /health at base.
-func healthAt(ctx context.Context, base string) bool { return answers(ctx, base+"/health", "") }
+func healthAt(ctx context.Context, base string) bool {
+	return (&client.Client{Base: base}).Answers(ctx, "/health")
+}
 
 // serviceAt reports whether a runner service at base answers
 // GET /v1/sessions with this token, quickly: `runner run -session` prefers
 // a running service, which may hold the session warm.
 func serviceAt(ctx context.Context, base, token string) bool {
-	return answers(ctx, base+"/v1/sessions?limit=1", token)
-}
-
-// answers reports whether a GET of url (with the bearer token, if any)
-// answers 200 within half a second.
-func answers(ctx context.Context, url, token string) bool {
-	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-	defer cancel()
-	hr, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return false
-	}
-	if token != "" {
-		hr.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(hr)
-	if err != nil {
-		return false
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
+	return (&client.Client{Base: base, Token: token}).Answers(ctx, "/v1/sessions?limit=1")
 }
