@@ -17,6 +17,7 @@ import (
 	"github.com/agentrunner/runner/internal/config"
 	"github.com/agentrunner/runner/internal/gateway"
 	"github.com/agentrunner/runner/internal/harness"
+	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/lograte"
 	"github.com/agentrunner/runner/internal/metrics"
 	"github.com/agentrunner/runner/internal/runner"
@@ -296,4 +297,34 @@ func runnerBinary() (string, error) {
 		exe = resolved
 	}
 	return exe, nil
+}
+
+// harnessConfigurer is the harness family's configurer for this
+// deployment: the harness dir, the operator's overrides of built-in
+// names, the providers whose images carry the harnesses, and the runner's
+// own environment (read only for credentialMode runtime_provided).
+func harnessConfigurer(cfg config.Config, environ []string, providers ...sandbox.Provider) runner.Configurer {
+	o := harness.Options{Dir: cfg.HarnessDir, Overrides: map[string][]string{}, Images: map[string]string{}, Getenv: envLookup(environ)}
+	for name, h := range cfg.Harnesses {
+		if h.Custom {
+			o.Overrides[name] = h.Command
+		}
+	}
+	for _, p := range providers {
+		if hi, ok := p.(sandbox.HarnessImage); ok {
+			o.Images[p.Name()] = hi.HarnessPrefix()
+		}
+	}
+	return harness.NewConfigurer(o)
+}
+
+// harnessBinds makes the harness dir visible, read-only, in every
+// sandbox: by default it lies in the data dir, which bubblewrap hides. A
+// bind must exist when a sandbox is created, so the dir is made here.
+func harnessBinds(cfg config.Config, log *slog.Logger) []sandbox.Bind {
+	if err := os.MkdirAll(cfg.HarnessDir, 0o755); err != nil {
+		log.Warn("harness dir unavailable; installed harnesses cannot run in isolated sandboxes", logkey.Error, err)
+		return nil
+	}
+	return []sandbox.Bind{{Path: cfg.HarnessDir}}
 }

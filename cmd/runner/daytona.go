@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
@@ -24,18 +23,20 @@ name; set DAYTONA_SNAPSHOT to it when it is not the default.
 Needs DAYTONA_API_KEY (and DAYTONA_API_URL for a self-hosted Daytona).
 `
 
-// daytonaCmd is `runner daytona snapshot build …`.
-func daytonaCmd(ctx context.Context, args []string, environ []string, stdout, stderr io.Writer) int {
+// daytonaCommand is `runner daytona snapshot build …`.
+type daytonaCommand struct{ stdio }
+
+func (c daytonaCommand) run(ctx context.Context, args []string) int {
 	if len(args) < 2 || args[0] != "snapshot" || args[1] != "build" {
 		if wantsHelp(args) {
-			fmt.Fprint(stdout, daytonaHelp)
+			fmt.Fprint(c.stdout, daytonaHelp)
 			return 0
 		}
-		fmt.Fprint(stderr, daytonaHelp)
+		fmt.Fprint(c.stderr, daytonaHelp)
 		return 2
 	}
 	fs := flag.NewFlagSet("runner daytona snapshot build", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(c.stderr)
 	name := fs.String("name", "", "snapshot name (default DAYTONA_SNAPSHOT, else "+daytona.DefaultSnapshot+")")
 	base := fs.String("base", daytona.DefaultBaseImage, "base image with Node.js 20+ and npm, tagged (not latest)")
 	harnesses := fs.String("harness", "all", "comma-separated harnesses to install ("+strings.Join(harness.Names(), ", ")+") or all")
@@ -44,20 +45,20 @@ func daytonaCmd(ctx context.Context, args []string, environ []string, stdout, st
 	memory := fs.Int("memory", 4, "memory (GB) of sandboxes made from the snapshot")
 	disk := fs.Int("disk", 5, "disk (GB) of sandboxes made from the snapshot")
 	timeout := fs.Duration("timeout", 30*time.Minute, "how long to wait for the build")
-	if code, ok := parseFlags(fs, args[2:], stdout); !ok {
+	if code, ok := parseFlags(fs, args[2:], c.stdout); !ok {
 		return code
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "runner daytona snapshot build: unexpected argument %q\n", fs.Arg(0))
+		fmt.Fprintf(c.stderr, "runner daytona snapshot build: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	cfg, ok := loadConfig(environ, stderr)
+	cfg, ok := loadConfig(c.environ, c.stderr)
 	if !ok {
 		return 2
 	}
 	images, err := harness.ImageInstalls(strings.Split(*harnesses, ","))
 	if err != nil {
-		fmt.Fprintln(stderr, "runner daytona snapshot build:", err)
+		fmt.Fprintln(c.stderr, "runner daytona snapshot build:", err)
 		return 2
 	}
 	var installs []daytona.SnapshotInstall
@@ -67,10 +68,10 @@ func daytonaCmd(ctx context.Context, args []string, environ []string, stdout, st
 	if *name == "" {
 		*name = cfg.Daytona.Snapshot
 	}
-	log := newLogger(stderr, cfg.LogLevel)
+	log := newLogger(c.stderr, cfg.LogLevel)
 	b, err := daytona.NewSnapshots(daytona.Config{APIKey: cfg.Daytona.APIKey, APIURL: cfg.Daytona.APIURL}, log)
 	if err != nil {
-		fmt.Fprintln(stderr, "runner daytona snapshot build:", err)
+		fmt.Fprintln(c.stderr, "runner daytona snapshot build:", err)
 		return 2
 	}
 	snap, err := b.Build(ctx, daytona.SnapshotSpec{
@@ -78,20 +79,20 @@ func daytonaCmd(ctx context.Context, args []string, environ []string, stdout, st
 		CPU: *cpu, MemoryGB: *memory, DiskGB: *disk, Wait: *wait, Timeout: *timeout,
 	})
 	if err != nil {
-		fmt.Fprintln(stderr, "runner daytona snapshot build:", err)
+		fmt.Fprintln(c.stderr, "runner daytona snapshot build:", err)
 		if errors.Is(err, errdefs.ErrInvalid) {
 			return 2
 		}
 		return 1
 	}
 	if snap.Existing {
-		fmt.Fprintf(stderr, "runner daytona snapshot build: snapshot %s exists already (state %s); kept it, built nothing\n", snap.Name, snap.State)
+		fmt.Fprintf(c.stderr, "runner daytona snapshot build: snapshot %s exists already (state %s); kept it, built nothing\n", snap.Name, snap.State)
 		if snap.Differs {
-			fmt.Fprintf(stderr, "runner daytona snapshot build: warning: its Dockerfile is not this build's (other harnesses or versions); build under a new --name and set DAYTONA_SNAPSHOT to it\n")
+			fmt.Fprintf(c.stderr, "runner daytona snapshot build: warning: its Dockerfile is not this build's (other harnesses or versions); build under a new --name and set DAYTONA_SNAPSHOT to it\n")
 		}
 	} else if snap.State != "active" {
-		fmt.Fprintf(stderr, "runner daytona snapshot build: snapshot %s is %s; not waiting (--wait=false)\n", snap.Name, snap.State)
+		fmt.Fprintf(c.stderr, "runner daytona snapshot build: snapshot %s is %s; not waiting (--wait=false)\n", snap.Name, snap.State)
 	}
-	fmt.Fprintln(stdout, snap.Name)
+	fmt.Fprintln(c.stdout, snap.Name)
 	return 0
 }

@@ -16,46 +16,48 @@ import (
 	"github.com/agentrunner/runner/internal/render"
 )
 
-// health is `runner health`: GET /health of a running service.
-func health(ctx context.Context, args []string, environ []string, stdout, stderr io.Writer) int {
-	cfg, ok := loadConfig(environ, stderr)
+// healthCommand is `runner health`: GET /health of a running service.
+type healthCommand struct{ stdio }
+
+func (c healthCommand) run(ctx context.Context, args []string) int {
+	cfg, ok := loadConfig(c.environ, c.stderr)
 	if !ok && !wantsHelp(args) {
 		return 2
 	}
 	fs := flag.NewFlagSet("runner health", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(c.stderr)
 	url := fs.String("url", "http://"+cfg.Addr(), "base URL of the runner")
 	output := fs.String("o", "", "output: text (a summary; the default on a terminal) or json (the /health body; the default otherwise)")
-	if code, ok := parseFlags(fs, args, stdout); !ok {
+	if code, ok := parseFlags(fs, args, c.stdout); !ok {
 		return code
 	}
 	mode := *output
 	switch {
-	case mode == "" && isTerminal(stdout):
+	case mode == "" && isTerminal(c.stdout):
 		mode = "text"
 	case mode == "":
 		mode = "json"
 	case mode != "text" && mode != "json":
-		fmt.Fprintf(stderr, "runner health: -o %q: use text or json\n", mode)
+		fmt.Fprintf(c.stderr, "runner health: -o %q: use text or json\n", mode)
 		return 2
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	c := client.Client{Base: *url}
-	req, err := c.NewRequest(ctx, http.MethodGet, "/health", nil)
+	hc := client.Client{Base: *url}
+	req, err := hc.NewRequest(ctx, http.MethodGet, "/health", nil)
 	if err != nil {
-		fmt.Fprintln(stderr, "runner health:", err)
+		fmt.Fprintln(c.stderr, "runner health:", err)
 		return 2
 	}
-	resp, err := c.Send(req)
+	resp, err := hc.Send(req)
 	if err != nil {
-		fmt.Fprintln(stderr, "runner health:", err)
+		fmt.Fprintln(c.stderr, "runner health:", err)
 		return 1
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if mode == "json" || !summarizeHealth(stdout, *url, body) {
-		fmt.Fprint(stdout, string(body))
+	if mode == "json" || !summarizeHealth(c.stdout, *url, body) {
+		fmt.Fprint(c.stdout, string(body))
 	}
 	if resp.StatusCode != http.StatusOK {
 		return 1

@@ -18,26 +18,28 @@ import (
 	"github.com/agentrunner/runner/internal/render"
 )
 
-// jobsCmd is `runner jobs submit|list|show|cancel|run|tail`: a running
+// jobsCommand is `runner jobs submit|list|show|cancel|run|tail`: a running
 // service's background jobs, for a person on a terminal (or -o text) and
 // as the API's JSON otherwise.
-func jobsCmd(ctx context.Context, args []string, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	cfg, ok := loadConfig(environ, stderr)
+type jobsCommand struct{ stdio }
+
+func (c jobsCommand) run(ctx context.Context, args []string) int {
+	cfg, ok := loadConfig(c.environ, c.stderr)
 	if !ok && !wantsHelp(args) {
 		return 2
 	}
 	verbs := "submit list show cancel run tail"
 	if len(args) == 0 || !strings.Contains(" "+verbs+" ", " "+args[0]+" ") {
 		if wantsHelp(args) {
-			fmt.Fprintf(stdout, "usage: runner jobs %s [flags] [ID]\n", strings.ReplaceAll(verbs, " ", "|"))
+			fmt.Fprintf(c.stdout, "usage: runner jobs %s [flags] [ID]\n", strings.ReplaceAll(verbs, " ", "|"))
 			return 0
 		}
-		fmt.Fprintf(stderr, "usage: runner jobs %s [flags] [ID]\n", strings.ReplaceAll(verbs, " ", "|"))
+		fmt.Fprintf(c.stderr, "usage: runner jobs %s [flags] [ID]\n", strings.ReplaceAll(verbs, " ", "|"))
 		return 2
 	}
 	verb, name := args[0], "runner jobs "+args[0]
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(c.stderr)
 	base := fs.String("url", "http://"+loopbackAddr(cfg.Addr()), "base URL of the runner")
 	output := fs.String("o", "", "output: text (the default on a terminal) or json")
 	project := fs.String("project", "", "the jobs' project")
@@ -53,27 +55,27 @@ func jobsCmd(ctx context.Context, args []string, environ []string, stdin io.Read
 			"The service's token comes from AGENTA_RUNNER_TOKEN.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args[1:], stdout); !ok {
+	if code, ok := parseFlags(fs, args[1:], c.stdout); !ok {
 		return code
 	}
 	mode := *output
 	if mode == "" {
-		mode = map[bool]string{true: "text", false: "json"}[isTerminal(stdout)]
+		mode = map[bool]string{true: "text", false: "json"}[isTerminal(c.stdout)]
 	}
 	if mode != "text" && mode != "json" {
-		fmt.Fprintf(stderr, "%s: -o %q: want text or json\n", name, mode)
+		fmt.Fprintf(c.stderr, "%s: -o %q: want text or json\n", name, mode)
 		return 2
 	}
 	if cfg.HTTP.Token == "" {
-		fmt.Fprintf(stderr, "%s: set AGENTA_RUNNER_TOKEN to the service's token\n", name)
+		fmt.Fprintf(c.stderr, "%s: set AGENTA_RUNNER_TOKEN to the service's token\n", name)
 		return 2
 	}
 	needID := verb != "submit" && verb != "list"
 	if needID != (fs.NArg() == 1) || fs.NArg() > 1 {
-		fmt.Fprintf(stderr, "%s: %s\n", name, map[bool]string{true: "give one job id", false: "takes no argument"}[needID])
+		fmt.Fprintf(c.stderr, "%s: %s\n", name, map[bool]string{true: "give one job id", false: "takes no argument"}[needID])
 		return 2
 	}
-	c := sessionsClient{c: client.Client{Base: strings.TrimRight(*base, "/"), Token: cfg.HTTP.Token}, name: name, stderr: stderr}
+	sc := sessionsClient{c: client.Client{Base: strings.TrimRight(*base, "/"), Token: cfg.HTTP.Token}, name: name, stderr: c.stderr}
 	q := url.Values{}
 	if *project != "" {
 		q.Set("projectId", *project)
@@ -91,12 +93,12 @@ func jobsCmd(ctx context.Context, args []string, environ []string, stdin io.Read
 	case "submit":
 		var err error
 		if *file == "-" {
-			body, err = io.ReadAll(io.LimitReader(stdin, 64<<20))
+			body, err = io.ReadAll(io.LimitReader(c.stdin, 64<<20))
 		} else {
 			body, err = os.ReadFile(*file)
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "%s: read the job: %v\n", name, err)
+			fmt.Fprintf(c.stderr, "%s: read the job: %v\n", name, err)
 			return 1
 		}
 		method = http.MethodPost
@@ -110,22 +112,22 @@ func jobsCmd(ctx context.Context, args []string, environ []string, stdin io.Read
 	}
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	out, ok := c.send(rctx, method, path, body)
+	out, ok := sc.send(rctx, method, path, body)
 	if !ok {
 		return 1
 	}
 	if verb == "tail" {
 		var j jobs.Job
 		if err := json.Unmarshal(out, &j); err != nil || j.SessionID == "" {
-			fmt.Fprintf(stderr, "%s: job %s has no session yet (status %s); try again once it runs\n", name, fs.Arg(0), j.Status)
+			fmt.Fprintf(c.stderr, "%s: job %s has no session yet (status %s); try again once it runs\n", name, fs.Arg(0), j.Status)
 			return 1
 		}
-		opt := render.Options{Color: render.ColorEnabled(isTerminal(stdout), envLookup(environ))}
+		opt := render.Options{Color: render.ColorEnabled(isTerminal(c.stdout), envLookup(c.environ))}
 		tailMode := map[bool]string{true: "text", false: "ndjson"}[mode == "text"]
-		return c.tail(ctx, j.SessionID, j.ProjectID, 0, tailMode, opt, stdout)
+		return sc.tail(ctx, j.SessionID, j.ProjectID, 0, tailMode, opt, c.stdout)
 	}
 	if mode == "json" {
-		fmt.Fprint(stdout, string(out))
+		fmt.Fprint(c.stdout, string(out))
 		return 0
 	}
 	if verb == "list" {
@@ -133,18 +135,18 @@ func jobsCmd(ctx context.Context, args []string, environ []string, stdin io.Read
 			Jobs []jobs.Job `json:"jobs"`
 		}
 		if err := json.Unmarshal(out, &list); err != nil {
-			fmt.Fprintf(stderr, "%s: the service sent %v\n", name, err)
+			fmt.Fprintf(c.stderr, "%s: the service sent %v\n", name, err)
 			return 1
 		}
-		listJobs(stdout, list.Jobs, time.Now())
+		listJobs(c.stdout, list.Jobs, time.Now())
 		return 0
 	}
 	var j jobs.Job
 	if err := json.Unmarshal(out, &j); err != nil {
-		fmt.Fprintf(stderr, "%s: the service sent %v\n", name, err)
+		fmt.Fprintf(c.stderr, "%s: the service sent %v\n", name, err)
 		return 1
 	}
-	showJob(stdout, j)
+	showJob(c.stdout, j)
 	return 0
 }
 

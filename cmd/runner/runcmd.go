@@ -29,12 +29,14 @@ const (
 	exitInterrupted = 130 // Ctrl-C
 )
 
-// runTurn is `runner run`: one turn in-process with the service's engine,
+// runCommand is `runner run`: one turn in-process with the service's engine,
 // or on a running service with -url, shown for a person (-o text, the
 // default on a terminal) or as the machine output (-o json, ndjson).
-func runTurn(ctx context.Context, args []string, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {
+type runCommand struct{ stdio }
+
+func (c runCommand) run(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("runner run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(c.stderr)
 	harness := fs.String("harness", "", "harness name (claude, codex, pi_core, gemini, opencode, or one from AGENTA_RUNNER_HARNESS_<NAME>)")
 	sandboxName := fs.String("sandbox", "", "sandbox provider (default: AGENTA_RUNNER_DEFAULT_SANDBOX_PROVIDER)")
 	prompt := fs.String("prompt", "", "user message (or give it as the arguments); without either the request is read as JSON from stdin")
@@ -56,11 +58,11 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 			"the service); 130 interrupted (Ctrl-C).\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args, stdout); !ok {
+	if code, ok := parseFlags(fs, args, c.stdout); !ok {
 		return code
 	}
 	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "runner run: "+format+"\n", a...)
+		fmt.Fprintf(c.stderr, "runner run: "+format+"\n", a...)
 		return 2
 	}
 	mode := *output
@@ -69,14 +71,14 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 		return fail("-stream is -o ndjson; it contradicts -o %s", mode)
 	case *stream:
 		mode = "ndjson"
-	case mode == "" && isTerminal(stdout):
+	case mode == "" && isTerminal(c.stdout):
 		mode = "text"
 	case mode == "":
 		mode = "json"
 	case mode != "text" && mode != "json" && mode != "ndjson":
 		return fail("-o %q: want text, json or ndjson", mode)
 	}
-	cfg, ok := loadConfig(environ, stderr)
+	cfg, ok := loadConfig(c.environ, c.stderr)
 	if !ok {
 		return 2
 	}
@@ -98,10 +100,10 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 	case text != "":
 		req = &wire.Request{Messages: []wire.Message{{Role: "user", Content: wire.MessageContent{Text: text, IsText: true}}}}
 	default:
-		if f, ok := stdin.(*os.File); ok && isTerminal(f) {
+		if f, ok := c.stdin.(*os.File); ok && isTerminal(f) {
 			return fail("give a prompt (-prompt or arguments), or pipe a run request as JSON on stdin")
 		}
-		body, err := io.ReadAll(io.LimitReader(stdin, cfg.HTTP.MaxBodyBytes+1))
+		body, err := io.ReadAll(io.LimitReader(c.stdin, cfg.HTTP.MaxBodyBytes+1))
 		if err != nil {
 			return fail("read stdin: %v", err)
 		}
@@ -111,8 +113,8 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 		if req, err = wire.Decode(body); err != nil {
 			return fail("%v", err)
 		}
-		_, piped = stdin.(*os.File)
-		stdin = nil // consumed: nothing left to answer approvals with
+		_, piped = c.stdin.(*os.File)
+		c.stdin = nil // consumed: nothing left to answer approvals with
 	}
 	if *harness != "" {
 		req.Harness = *harness
@@ -169,7 +171,7 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 		// -workdir binds a directory of this machine, so the turn runs
 		// here even with a service up: say so, it holds no warm state of
 		// this turn and its settings do not apply.
-		fmt.Fprintf(stderr, "runner: running in-process (-workdir binds a directory of this machine); the service at %s is not used\n", serviceURL)
+		fmt.Fprintf(c.stderr, "runner: running in-process (-workdir binds a directory of this machine); the service at %s is not used\n", serviceURL)
 	}
 
 	var backend turns
@@ -184,21 +186,21 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 		if mode == "text" {
 			level = "error" // a failed turn is shown by the renderer
 		}
-		log := newLogger(stderr, level)
+		log := newLogger(c.stderr, level)
 		eg, err := egress.New(cfg.Local.NetworkAllow)
 		if err != nil {
-			fmt.Fprintln(stderr, "runner:", err)
+			fmt.Fprintln(c.stderr, "runner:", err)
 			return 1
 		}
 		id, err := cliReplicaID(cfg)
 		if err != nil {
-			fmt.Fprintln(stderr, "runner:", err)
+			fmt.Fprintln(c.stderr, "runner:", err)
 			return 1
 		}
 		cfg.ReplicaID = id
-		svc, closeStore, err := buildService(ctx, cfg, environ, log, nil, eg)
+		svc, closeStore, err := buildService(ctx, cfg, c.environ, log, nil, eg)
 		if err != nil {
-			fmt.Fprintln(stderr, "runner:", err)
+			fmt.Fprintln(c.stderr, "runner:", err)
 			return 1
 		}
 		defer closeStore()
@@ -211,17 +213,17 @@ func runTurn(ctx context.Context, args []string, environ []string, stdin io.Read
 	}
 
 	r := &runSession{
-		backend: backend, req: req, mode: mode, stdout: stdout, stderr: stderr, start: time.Now(),
+		backend: backend, req: req, mode: mode, stdout: c.stdout, stderr: c.stderr, start: time.Now(),
 		remote: *base != "", serviceURL: serviceURL, answered: map[string]bool{},
 	}
 	if mode == "text" {
-		r.screen = render.New(stdout, render.Options{Color: render.ColorEnabled(isTerminal(stdout), envLookup(environ)), Thoughts: *thoughts})
+		r.screen = render.New(c.stdout, render.Options{Color: render.ColorEnabled(isTerminal(c.stdout), envLookup(c.environ)), Thoughts: *thoughts})
 		if found {
 			r.screen.Notice("on the service at " + serviceURL)
 		}
-		if f, ok := stdin.(*os.File); ok && isTerminal(f) {
+		if f, ok := c.stdin.(*os.File); ok && isTerminal(f) {
 			r.tty, r.answers = f, keys(f)
-		} else if piped && isTerminal(stdout) {
+		} else if piped && isTerminal(c.stdout) {
 			// The request came on stdin: ask on the terminal the
 			// person sees the turn on.
 			r.tty, r.answers = controllingTerminal()

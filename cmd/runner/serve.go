@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"time"
 
 	"github.com/agentrunner/runner/internal/api"
-	"github.com/agentrunner/runner/internal/config"
 	"github.com/agentrunner/runner/internal/harness"
 	"github.com/agentrunner/runner/internal/jobs"
 	"github.com/agentrunner/runner/internal/logkey"
@@ -18,52 +16,33 @@ import (
 	"github.com/agentrunner/runner/internal/sandbox/egress"
 )
 
-func loadConfig(environ []string, stderr io.Writer) (config.Config, bool) {
-	cfg, warnings, err := config.Load(environ)
-	if err != nil {
-		fmt.Fprintf(stderr, "runner: invalid configuration:\n%s\n", indent(err.Error()))
-		return cfg, false
-	}
-	for _, w := range warnings {
-		fmt.Fprintln(stderr, "runner: warning:", w)
-	}
-	return cfg, true
-}
+// serveCommand is `runner serve`: the HTTP service, configured from the
+// environment.
+type serveCommand struct{ stdio }
 
-func indent(s string) string {
-	out := "  - "
-	for _, r := range s {
-		out += string(r)
-		if r == '\n' {
-			out += "  - "
-		}
-	}
-	return out
-}
-
-func serve(ctx context.Context, args []string, environ []string, stdout, stderr io.Writer) int {
+func (c serveCommand) run(ctx context.Context, args []string) int {
 	if len(args) > 0 {
-		fmt.Fprintf(stderr, "runner serve takes no arguments; configure it with environment variables (docs/configuration.md)\n")
+		fmt.Fprintf(c.stderr, "runner serve takes no arguments; configure it with environment variables (docs/configuration.md)\n")
 		return 2
 	}
-	cfg, ok := loadConfig(environ, stderr)
+	cfg, ok := loadConfig(c.environ, c.stderr)
 	if !ok {
 		return 2
 	}
 	if err := cfg.RequireServe(); err != nil {
-		fmt.Fprintln(stderr, "runner:", err)
+		fmt.Fprintln(c.stderr, "runner:", err)
 		return 2
 	}
-	log, flushLog := rateLimited(newLogger(stderr, cfg.LogLevel))
+	log, flushLog := rateLimited(newLogger(c.stderr, cfg.LogLevel))
 	defer flushLog()
 	log.Info("runner config " + cfg.Summary())
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		fmt.Fprintf(stderr, "runner: data dir %s: %v (set AGENTA_RUNNER_DATA_DIR to a writable directory)\n", cfg.DataDir, err)
+		fmt.Fprintf(c.stderr, "runner: data dir %s: %v (set AGENTA_RUNNER_DATA_DIR to a writable directory)\n", cfg.DataDir, err)
 		return 1
 	}
 	lock, err := lockServe(cfg.DataDir)
 	if err != nil {
-		fmt.Fprintln(stderr, "runner:", err)
+		fmt.Fprintln(c.stderr, "runner:", err)
 		return 1
 	}
 	defer lock.Close()
@@ -71,29 +50,29 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 	m := prom.New()
 	eg, err := egress.New(cfg.Local.NetworkAllow)
 	if err != nil {
-		fmt.Fprintln(stderr, "runner:", err)
+		fmt.Fprintln(c.stderr, "runner:", err)
 		return 2
 	}
-	svc, closeStore, err := buildService(ctx, cfg, environ, log, m, eg)
+	svc, closeStore, err := buildService(ctx, cfg, c.environ, log, m, eg)
 	if err != nil {
-		fmt.Fprintln(stderr, "runner:", err)
+		fmt.Fprintln(c.stderr, "runner:", err)
 		return 1
 	}
 	defer closeStore()
 	m.Watch(svc)
 	routes, stopMetrics, err := metricsEndpoint(ctx, cfg, m, eg, log)
 	if err != nil {
-		fmt.Fprintln(stderr, "runner:", err)
+		fmt.Fprintln(c.stderr, "runner:", err)
 		return 1
 	}
 	defer stopMetrics()
 	if _, err := svc.Recover(ctx); err != nil {
-		fmt.Fprintln(stderr, "runner: recover after restart:", err)
+		fmt.Fprintln(c.stderr, "runner: recover after restart:", err)
 		return 1
 	}
 	queue, err := buildJobs(ctx, cfg, svc, log)
 	if err != nil {
-		fmt.Fprintln(stderr, "runner:", err)
+		fmt.Fprintln(c.stderr, "runner:", err)
 		return 1
 	}
 	var jobQueue jobs.Queue // a nil *river.Queue would be a non-nil interface
@@ -123,15 +102,15 @@ func serve(ctx context.Context, args []string, environ []string, stdout, stderr 
 		Health: func() map[string]any {
 			return map[string]any{"harnesses": svc.Harnesses(), "harnessesInstalled": installed.Get(), "providers": svc.Providers(), "inFlight": svc.InFlight(), "warm": svc.Warm(), "connections": limited.Open()}
 		},
-		SubscriptionStatus: func() map[string]any { return subscriptionStatus(cfg, environ) },
+		SubscriptionStatus: func() map[string]any { return subscriptionStatus(cfg, c.environ) },
 		Ready:              svc.Ready,
 		Jobs:               jobQueue,
 		Logger:             log,
 	}, svc, routes...)
 
-	ln, err := listener(ctx, cfg, environ)
+	ln, err := listener(ctx, cfg, c.environ)
 	if err != nil {
-		fmt.Fprintln(stderr, "runner:", err)
+		fmt.Fprintln(c.stderr, "runner:", err)
 		return 1
 	}
 	eg.AddOwn(ln.Addr()) // a model endpoint naming the runner's API is refused

@@ -19,12 +19,14 @@ import (
 	"github.com/agentrunner/runner/internal/wire"
 )
 
-// sessions is `runner sessions [ID]` and `runner sessions tail ID`: a
+// sessionsCommand is `runner sessions [ID]` and `runner sessions tail ID`: a
 // running service's sessions, one session with its turns, or one
 // session's events followed live, shown for a person on a terminal (or
 // with -o text) and as the API's JSON otherwise.
-func sessions(ctx context.Context, args []string, environ []string, stdout, stderr io.Writer) int {
-	cfg, ok := loadConfig(environ, stderr)
+type sessionsCommand struct{ stdio }
+
+func (c sessionsCommand) run(ctx context.Context, args []string) int {
+	cfg, ok := loadConfig(c.environ, c.stderr)
 	if !ok && !wantsHelp(args) {
 		return 2
 	}
@@ -34,7 +36,7 @@ func sessions(ctx context.Context, args []string, environ []string, stdout, stde
 		name, args = "runner sessions tail", args[1:]
 	}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(c.stderr)
 	base := fs.String("url", "http://"+loopbackAddr(cfg.Addr()), "base URL of the runner")
 	output := fs.String("o", "", "output: text (the default on a terminal) or json (ndjson for tail)")
 	project := fs.String("project", "", "the sessions' project (a session id is unique only within its project); none: the sessions of requests that named no project, or every project's in the list")
@@ -51,37 +53,37 @@ func sessions(ctx context.Context, args []string, environ []string, stdout, stde
 			"The service's token comes from AGENTA_RUNNER_TOKEN.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args, stdout); !ok {
+	if code, ok := parseFlags(fs, args, c.stdout); !ok {
 		return code
 	}
 	mode := *output
 	switch {
-	case mode == "" && isTerminal(stdout):
+	case mode == "" && isTerminal(c.stdout):
 		mode = "text"
 	case mode == "" && tail:
 		mode = "ndjson"
 	case mode == "":
 		mode = "json"
 	case mode == "ndjson" && !tail, mode != "text" && mode != "json" && mode != "ndjson":
-		fmt.Fprintf(stderr, "%s: -o %q: want text or json\n", name, mode)
+		fmt.Fprintf(c.stderr, "%s: -o %q: want text or json\n", name, mode)
 		return 2
 	}
 	if cfg.HTTP.Token == "" {
-		fmt.Fprintf(stderr, "%s: set AGENTA_RUNNER_TOKEN to the service's token\n", name)
+		fmt.Fprintf(c.stderr, "%s: set AGENTA_RUNNER_TOKEN to the service's token\n", name)
 		return 2
 	}
-	c := sessionsClient{c: client.Client{Base: strings.TrimRight(*base, "/"), Token: cfg.HTTP.Token}, name: name, stderr: stderr}
-	color := render.ColorEnabled(isTerminal(stdout), envLookup(environ))
+	sc := sessionsClient{c: client.Client{Base: strings.TrimRight(*base, "/"), Token: cfg.HTTP.Token}, name: name, stderr: c.stderr}
+	color := render.ColorEnabled(isTerminal(c.stdout), envLookup(c.environ))
 	if tail {
 		if fs.NArg() != 1 {
-			fmt.Fprintln(stderr, "runner sessions tail: give one session id")
+			fmt.Fprintln(c.stderr, "runner sessions tail: give one session id")
 			return 2
 		}
 		opt := render.Options{Color: color, Thoughts: *thoughts}
-		return c.tail(ctx, fs.Arg(0), *project, *after, mode, opt, stdout)
+		return sc.tail(ctx, fs.Arg(0), *project, *after, mode, opt, c.stdout)
 	}
 	if fs.NArg() > 1 {
-		fmt.Fprintln(stderr, "runner sessions: at most one session id (or: runner sessions tail ID)")
+		fmt.Fprintln(c.stderr, "runner sessions: at most one session id (or: runner sessions tail ID)")
 		return 2
 	}
 	path := "/v1/sessions"
@@ -93,31 +95,31 @@ func sessions(ctx context.Context, args []string, environ []string, stdout, stde
 	}
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	body, ok := c.get(rctx, path)
+	body, ok := sc.get(rctx, path)
 	if !ok {
 		return 1
 	}
 	if mode == "json" {
-		fmt.Fprint(stdout, string(body))
+		fmt.Fprint(c.stdout, string(body))
 		return 0
 	}
 	if fs.NArg() == 1 {
 		var v sessionView
 		if err := json.Unmarshal(body, &v); err != nil {
-			fmt.Fprintf(stderr, "%s: the service sent %v\n", name, err)
+			fmt.Fprintf(c.stderr, "%s: the service sent %v\n", name, err)
 			return 1
 		}
-		showSession(stdout, v)
+		showSession(c.stdout, v)
 		return 0
 	}
 	var list struct {
 		Sessions []sessionView `json:"sessions"`
 	}
 	if err := json.Unmarshal(body, &list); err != nil {
-		fmt.Fprintf(stderr, "%s: the service sent %v\n", name, err)
+		fmt.Fprintf(c.stderr, "%s: the service sent %v\n", name, err)
 		return 1
 	}
-	listSessions(stdout, list.Sessions, time.Now())
+	listSessions(c.stdout, list.Sessions, time.Now())
 	return 0
 }
 
