@@ -18,7 +18,9 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/client"
+	"github.com/agentrunner/runner/internal/config"
 	"github.com/agentrunner/runner/internal/render"
+	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/sandbox/egress"
 	"github.com/agentrunner/runner/internal/wire"
 )
@@ -34,22 +36,31 @@ const (
 // default on a terminal) or as the machine output (-o json, ndjson).
 type runCommand struct{ stdio }
 
-func (c runCommand) run(ctx context.Context, args []string) int {
+// runFlags are `runner run`'s flags.
+type runFlags struct {
+	harness, sandbox, prompt, model, output         *string
+	stream, thoughts, ask                           *bool
+	session, project, workdir, requestFile, baseURL *string
+}
+
+func newRunFlags(stderr io.Writer) (*flag.FlagSet, runFlags) {
 	fs := flag.NewFlagSet("runner run", flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
-	harness := fs.String("harness", "", "harness name (claude, codex, pi_core, gemini, opencode, or one from AGENTA_RUNNER_HARNESS_<NAME>)")
-	sandboxName := fs.String("sandbox", "", "sandbox provider (default: AGENTA_RUNNER_DEFAULT_SANDBOX_PROVIDER)")
-	prompt := fs.String("prompt", "", "user message (or give it as the arguments); without either the request is read as JSON from stdin")
-	model := fs.String("model", "", "model id")
-	output := fs.String("o", "", "output: text (the default on a terminal), json (the default otherwise) or ndjson")
-	stream := fs.Bool("stream", false, "same as -o ndjson")
-	thoughts := fs.Bool("thoughts", false, "text output: show the harness's thoughts in full, dimmed")
-	ask := fs.Bool("ask", false, "ask on the terminal before each tool call (permissions.default ask)")
-	session := fs.String("session", "", "continue this session, or start it: warm on a running service that holds it, cold from the ledger otherwise")
-	project := fs.String("project", "", "the session's project (default: cli)")
-	workdir := fs.String("workdir", "", "run the harness in this directory, bound writable into the sandbox (in-process only)")
-	requestFile := fs.String("request", "", "a run request as a JSON file (model connection, permissions, ...); the prompt is added as its last user message")
-	base := fs.String("url", "", "run on the service at this base URL (token from AGENTA_RUNNER_TOKEN) instead of in-process")
+	fs.SetOutput(stderr)
+	f := runFlags{
+		harness:     fs.String("harness", "", "harness name (claude, codex, pi_core, gemini, opencode, or one from AGENTA_RUNNER_HARNESS_<NAME>)"),
+		sandbox:     fs.String("sandbox", "", "sandbox provider (default: AGENTA_RUNNER_DEFAULT_SANDBOX_PROVIDER)"),
+		prompt:      fs.String("prompt", "", "user message (or give it as the arguments); without either the request is read as JSON from stdin"),
+		model:       fs.String("model", "", "model id"),
+		output:      fs.String("o", "", "output: text (the default on a terminal), json (the default otherwise) or ndjson"),
+		stream:      fs.Bool("stream", false, "same as -o ndjson"),
+		thoughts:    fs.Bool("thoughts", false, "text output: show the harness's thoughts in full, dimmed"),
+		ask:         fs.Bool("ask", false, "ask on the terminal before each tool call (permissions.default ask)"),
+		session:     fs.String("session", "", "continue this session, or start it: warm on a running service that holds it, cold from the ledger otherwise"),
+		project:     fs.String("project", "", "the session's project (default: cli)"),
+		workdir:     fs.String("workdir", "", "run the harness in this directory, bound writable into the sandbox (in-process only)"),
+		requestFile: fs.String("request", "", "a run request as a JSON file (model connection, permissions, ...); the prompt is added as its last user message"),
+		baseURL:     fs.String("url", "", "run on the service at this base URL (token from AGENTA_RUNNER_TOKEN) instead of in-process"),
+	}
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "usage: runner run [flags] [prompt…]   (or a request as JSON on stdin)\n\n"+
 			"Runs one turn, in this process or on a running service, shown as it happens.\n\n"+
@@ -58,116 +69,61 @@ func (c runCommand) run(ctx context.Context, args []string) int {
 			"the service); 130 interrupted (Ctrl-C).\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args, c.stdout); !ok {
-		return code
-	}
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(c.stderr, "runner run: "+format+"\n", a...)
-		return 2
-	}
-	mode := *output
+	return fs, f
+}
+
+// mode is the output mode the flags ask for; terminal says whether
+// stdout is one.
+func (f runFlags) mode(terminal bool) (string, error) {
+	mode := *f.output
 	switch {
-	case *stream && mode != "" && mode != "ndjson":
-		return fail("-stream is -o ndjson; it contradicts -o %s", mode)
-	case *stream:
+	case *f.stream && mode != "" && mode != "ndjson":
+		return "", fmt.Errorf("-stream is -o ndjson; it contradicts -o %s", mode)
+	case *f.stream:
 		mode = "ndjson"
-	case mode == "" && isTerminal(c.stdout):
+	case mode == "" && terminal:
 		mode = "text"
 	case mode == "":
 		mode = "json"
 	case mode != "text" && mode != "json" && mode != "ndjson":
-		return fail("-o %q: want text, json or ndjson", mode)
+		return "", fmt.Errorf("-o %q: want text, json or ndjson", mode)
+	}
+	return mode, nil
+}
+
+func (c runCommand) run(ctx context.Context, args []string) int {
+	fs, f := newRunFlags(c.stderr)
+	if code, ok := parseFlags(fs, args, c.stdout); !ok {
+		return code
+	}
+	fail := func(err error) int {
+		fmt.Fprintf(c.stderr, "runner run: %v\n", err)
+		return 2
+	}
+	mode, err := f.mode(isTerminal(c.stdout))
+	if err != nil {
+		return fail(err)
 	}
 	cfg, ok := loadConfig(c.environ, c.stderr)
 	if !ok {
 		return 2
 	}
-
-	text := *prompt
-	if text == "" && fs.NArg() > 0 {
-		text = strings.Join(fs.Args(), " ")
-	} else if fs.NArg() > 0 {
-		return fail("give the prompt once: -prompt or arguments, not both")
+	req, piped, err := c.request(f, fs.Args(), cfg.HTTP.MaxBodyBytes)
+	if err != nil {
+		return fail(err)
 	}
-	var req *wire.Request
-	piped := false // the request was read from this process's stdin
-	switch {
-	case *requestFile != "":
-		var err error
-		if req, err = requestFrom(*requestFile, text, cfg.HTTP.MaxBodyBytes); err != nil {
-			return fail("-request %s: %v", *requestFile, err)
-		}
-	case text != "":
-		req = &wire.Request{Messages: []wire.Message{{Role: "user", Content: wire.MessageContent{Text: text, IsText: true}}}}
-	default:
-		if f, ok := c.stdin.(*os.File); ok && isTerminal(f) {
-			return fail("give a prompt (-prompt or arguments), or pipe a run request as JSON on stdin")
-		}
-		body, err := io.ReadAll(io.LimitReader(c.stdin, cfg.HTTP.MaxBodyBytes+1))
-		if err != nil {
-			return fail("read stdin: %v", err)
-		}
-		if int64(len(body)) > cfg.HTTP.MaxBodyBytes {
-			return fail("request larger than %d bytes (AGENTA_RUNNER_MAX_BODY_BYTES)", cfg.HTTP.MaxBodyBytes)
-		}
-		if req, err = wire.Decode(body); err != nil {
-			return fail("%v", err)
-		}
-		_, piped = c.stdin.(*os.File)
+	if req.Consumed {
 		c.stdin = nil // consumed: nothing left to answer approvals with
 	}
-	if *harness != "" {
-		req.Harness = *harness
-	}
-	if *sandboxName != "" {
-		req.Sandbox = *sandboxName
-	}
-	if *model != "" {
-		req.Model = *model
-	}
-	if *session != "" {
-		req.SessionID = *session
-	}
-	if *ask {
-		if req.Permissions == nil {
-			req.Permissions = &wire.Permissions{}
-		}
-		req.Permissions.Default = "ask"
-		if req.SessionID == "" {
-			// Only a session's turn can pause for a decision.
-			req.SessionID = "cli-" + randomID()
-		}
-	}
-	if *project != "" {
-		req.ProjectID = *project
-	}
-	if req.SessionID != "" && req.ProjectID == "" && (req.RunContext == nil || req.RunContext.Project == nil) {
-		req.ProjectID = "cli"
-	}
-
-	if *workdir != "" {
-		if *base != "" {
-			return fail("-workdir names a directory of this machine; it runs in-process only, not with -url")
-		}
-		abs, err := filepath.Abs(*workdir)
-		if err == nil {
-			var st os.FileInfo
-			if st, err = os.Stat(abs); err == nil && !st.IsDir() {
-				err = errors.New("not a directory")
-			}
-		}
-		if err != nil {
-			return fail("-workdir %s: %v", *workdir, err)
-		}
-		cfg.Workdir = abs
+	if cfg.Workdir, err = f.hostWorkdir(cfg.Workdir); err != nil {
+		return fail(err)
 	}
 	serviceURL := "http://" + loopbackAddr(cfg.Addr())
-	found := false
-	if *base == "" && req.SessionID != "" && cfg.Workdir == "" && cfg.HTTP.Token != "" && serviceAt(ctx, serviceURL, cfg.HTTP.Token) {
-		*base, found = serviceURL, true // the service may hold the session warm
+	base, found := *f.baseURL, false
+	if base == "" && req.SessionID != "" && cfg.Workdir == "" && cfg.HTTP.Token != "" && serviceAt(ctx, serviceURL, cfg.HTTP.Token) {
+		base, found = serviceURL, true // the service may hold the session warm
 	}
-
-	if *base == "" && cfg.Workdir != "" && healthAt(ctx, serviceURL) {
+	if base == "" && cfg.Workdir != "" && healthAt(ctx, serviceURL) {
 		// -workdir binds a directory of this machine, so the turn runs
 		// here even with a service up: say so, it holds no warm state of
 		// this turn and its settings do not apply.
@@ -175,49 +131,28 @@ func (c runCommand) run(ctx context.Context, args []string) int {
 	}
 
 	var backend turns
-	if *base != "" {
+	if base != "" {
 		if cfg.HTTP.Token == "" {
-			return fail("-url needs AGENTA_RUNNER_TOKEN, the service's token")
+			return fail(errors.New("-url needs AGENTA_RUNNER_TOKEN, the service's token"))
 		}
-		serviceURL = strings.TrimRight(*base, "/")
+		serviceURL = strings.TrimRight(base, "/")
 		backend = serviceTurns{client.Client{Base: serviceURL, Token: cfg.HTTP.Token, HTTP: &http.Client{}}}
 	} else {
-		level := "warn"
-		if mode == "text" {
-			level = "error" // a failed turn is shown by the renderer
-		}
-		log := newLogger(c.stderr, level)
-		eg, err := egress.New(cfg.Local.NetworkAllow)
+		svc, stop, err := c.localService(ctx, cfg, mode)
 		if err != nil {
 			fmt.Fprintln(c.stderr, "runner:", err)
 			return 1
 		}
-		id, err := cliReplicaID(cfg)
-		if err != nil {
-			fmt.Fprintln(c.stderr, "runner:", err)
-			return 1
-		}
-		cfg.ReplicaID = id
-		svc, closeStore, err := buildService(ctx, cfg, c.environ, log, nil, eg)
-		if err != nil {
-			fmt.Fprintln(c.stderr, "runner:", err)
-			return 1
-		}
-		defer closeStore()
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			_ = svc.Shutdown(sctx)
-		}()
+		defer stop()
 		backend = localTurns{svc: svc, service: serviceURL}
 	}
 
 	r := &runSession{
-		backend: backend, req: req, mode: mode, stdout: c.stdout, stderr: c.stderr, start: time.Now(),
-		remote: *base != "", serviceURL: serviceURL, answered: map[string]bool{},
+		backend: backend, req: req.Request, mode: mode, stdout: c.stdout, stderr: c.stderr, start: time.Now(),
+		remote: base != "", serviceURL: serviceURL, answered: map[string]bool{},
 	}
 	if mode == "text" {
-		r.screen = render.New(c.stdout, render.Options{Color: render.ColorEnabled(isTerminal(c.stdout), envLookup(c.environ)), Thoughts: *thoughts})
+		r.screen = render.New(c.stdout, render.Options{Color: render.ColorEnabled(isTerminal(c.stdout), envLookup(c.environ)), Thoughts: *f.thoughts})
 		if found {
 			r.screen.Notice("on the service at " + serviceURL)
 		}
@@ -230,6 +165,134 @@ func (c runCommand) run(ctx context.Context, args []string) int {
 		}
 	}
 	return r.run(ctx)
+}
+
+// runRequest is the turn's request as the flags and arguments make it.
+type runRequest struct {
+	*wire.Request
+	// Consumed says the request was read from stdin, which is then no
+	// longer there to answer approvals with.
+	Consumed bool
+}
+
+// request builds the turn's request from the flags and arguments: the
+// prompt, a -request file, or a request on stdin, with the flags'
+// settings over it. piped reports that stdin was a file (not a reader
+// in a test) it came on.
+func (c runCommand) request(f runFlags, args []string, maxBody int64) (req runRequest, piped bool, err error) {
+	text := *f.prompt
+	if text == "" && len(args) > 0 {
+		text = strings.Join(args, " ")
+	} else if len(args) > 0 {
+		return req, false, errors.New("give the prompt once: -prompt or arguments, not both")
+	}
+	switch {
+	case *f.requestFile != "":
+		if req.Request, err = requestFrom(*f.requestFile, text, maxBody); err != nil {
+			return req, false, fmt.Errorf("-request %s: %v", *f.requestFile, err)
+		}
+	case text != "":
+		req.Request = &wire.Request{Messages: []wire.Message{{Role: "user", Content: wire.MessageContent{Text: text, IsText: true}}}}
+	default:
+		if f, ok := c.stdin.(*os.File); ok && isTerminal(f) {
+			return req, false, errors.New("give a prompt (-prompt or arguments), or pipe a run request as JSON on stdin")
+		}
+		body, err := io.ReadAll(io.LimitReader(c.stdin, maxBody+1))
+		if err != nil {
+			return req, false, fmt.Errorf("read stdin: %v", err)
+		}
+		if int64(len(body)) > maxBody {
+			return req, false, fmt.Errorf("request larger than %d bytes (AGENTA_RUNNER_MAX_BODY_BYTES)", maxBody)
+		}
+		if req.Request, err = wire.Decode(body); err != nil {
+			return req, false, err
+		}
+		_, piped = c.stdin.(*os.File)
+		req.Consumed = true
+	}
+	f.apply(req.Request)
+	return req, piped, nil
+}
+
+// apply puts the flags' settings over r.
+func (f runFlags) apply(r *wire.Request) {
+	if *f.harness != "" {
+		r.Harness = *f.harness
+	}
+	if *f.sandbox != "" {
+		r.Sandbox = *f.sandbox
+	}
+	if *f.model != "" {
+		r.Model = *f.model
+	}
+	if *f.session != "" {
+		r.SessionID = *f.session
+	}
+	if *f.ask {
+		if r.Permissions == nil {
+			r.Permissions = &wire.Permissions{}
+		}
+		r.Permissions.Default = "ask"
+		if r.SessionID == "" {
+			// Only a session's turn can pause for a decision.
+			r.SessionID = "cli-" + randomID()
+		}
+	}
+	if *f.project != "" {
+		r.ProjectID = *f.project
+	}
+	if r.SessionID != "" && r.ProjectID == "" && (r.RunContext == nil || r.RunContext.Project == nil) {
+		r.ProjectID = "cli"
+	}
+}
+
+// hostWorkdir is -workdir made absolute and checked to be a directory,
+// or def without the flag.
+func (f runFlags) hostWorkdir(def string) (string, error) {
+	if *f.workdir == "" {
+		return def, nil
+	}
+	if *f.baseURL != "" {
+		return "", errors.New("-workdir names a directory of this machine; it runs in-process only, not with -url")
+	}
+	abs, err := filepath.Abs(*f.workdir)
+	if err == nil {
+		var st os.FileInfo
+		if st, err = os.Stat(abs); err == nil && !st.IsDir() {
+			err = errors.New("not a directory")
+		}
+	}
+	if err != nil {
+		return "", fmt.Errorf("-workdir %s: %v", *f.workdir, err)
+	}
+	return abs, nil
+}
+
+// localService builds the service's engine in this process, for a turn
+// without a running service; stop shuts it down.
+func (c runCommand) localService(ctx context.Context, cfg config.Config, mode string) (svc *runner.Service, stop func(), err error) {
+	level := "warn"
+	if mode == "text" {
+		level = "error" // a failed turn is shown by the renderer
+	}
+	log := newLogger(c.stderr, level)
+	eg, err := egress.New(cfg.Local.NetworkAllow)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cfg.ReplicaID, err = cliReplicaID(cfg); err != nil {
+		return nil, nil, err
+	}
+	svc, closeStore, err := buildService(ctx, cfg, c.environ, log, nil, eg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return svc, func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = svc.Shutdown(sctx)
+		closeStore()
+	}, nil
 }
 
 // runSession is one `runner run`: the turn, its continuations after each
