@@ -11,24 +11,24 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/agentrunner/runner/internal/client"
 	"github.com/agentrunner/runner/internal/config"
+	"github.com/agentrunner/runner/internal/console"
 	"github.com/agentrunner/runner/internal/render"
 	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/sandbox/egress"
 	"github.com/agentrunner/runner/internal/wire"
 )
 
-// Exit codes of `runner run` besides 0 (done), 1 (failed), 2 (usage).
+// Exit codes of `runner run` besides 0 (done), 1 (failed), 2 (usage):
+// its console session's.
 const (
-	exitPaused      = 3   // paused for a decision nobody could give here
-	exitInterrupted = 130 // Ctrl-C
+	exitPaused      = console.ExitPaused
+	exitInterrupted = console.ExitInterrupted
 )
 
 // runCommand is `runner run`: one turn in-process with the service's engine,
@@ -130,7 +130,7 @@ func (c runCommand) run(ctx context.Context, args []string) int {
 		fmt.Fprintf(c.stderr, "runner: running in-process (-workdir binds a directory of this machine); the service at %s is not used\n", serviceURL)
 	}
 
-	var backend turns
+	var backend console.Turns
 	if base != "" {
 		if cfg.HTTP.Token == "" {
 			return fail(errors.New("-url needs AGENTA_RUNNER_TOKEN, the service's token"))
@@ -147,24 +147,24 @@ func (c runCommand) run(ctx context.Context, args []string) int {
 		backend = localTurns{svc: svc, service: serviceURL}
 	}
 
-	r := &runSession{
-		backend: backend, req: req.Request, mode: mode, stdout: c.stdout, stderr: c.stderr, start: time.Now(),
-		remote: base != "", serviceURL: serviceURL, answered: map[string]bool{},
+	r := &console.Session{
+		Turns: backend, Request: req.Request, Mode: mode, Stdout: c.stdout, Stderr: c.stderr,
+		Remote: base != "", ServiceURL: serviceURL,
 	}
 	if mode == "text" {
-		r.screen = render.New(c.stdout, render.Options{Color: render.ColorEnabled(isTerminal(c.stdout), envLookup(c.environ)), Thoughts: *f.thoughts})
+		r.Screen = render.New(c.stdout, render.Options{Color: render.ColorEnabled(isTerminal(c.stdout), envLookup(c.environ)), Thoughts: *f.thoughts})
 		if found {
-			r.screen.Notice("on the service at " + serviceURL)
+			r.Screen.Notice("on the service at " + serviceURL)
 		}
 		if f, ok := c.stdin.(*os.File); ok && isTerminal(f) {
-			r.tty, r.answers = f, keys(f)
+			r.TTY, r.Answers = f, console.Keys(f)
 		} else if piped && isTerminal(c.stdout) {
 			// The request came on stdin: ask on the terminal the
 			// person sees the turn on.
-			r.tty, r.answers = controllingTerminal()
+			r.TTY, r.Answers = console.ControllingTerminal()
 		}
 	}
-	return r.run(ctx)
+	return r.Run(ctx)
 }
 
 // runRequest is the turn's request as the flags and arguments make it.
@@ -295,302 +295,6 @@ func (c runCommand) localService(ctx context.Context, cfg config.Config, mode st
 	}, nil
 }
 
-// runSession is one `runner run`: the turn, its continuations after each
-// decision, and the Ctrl-C handling around them.
-type runSession struct {
-	backend    turns
-	req        *wire.Request
-	mode       string
-	stdout     io.Writer
-	stderr     io.Writer
-	start      time.Time
-	remote     bool
-	serviceURL string
-	answers    <-chan string // keys typed on the terminal; nil without one
-	tty        *os.File      // the terminal answers come from
-
-	mu        sync.Mutex // the turn's sink and the Ctrl-C notice both write
-	screen    *render.Renderer
-	pending   []render.Approval
-	answered  map[string]bool
-	cancelled bool // Ctrl-C or the caller's cancellation
-	prompting bool // a question waits for its answer on the terminal
-	// restoreTTY puts the terminal back from single-key input; set while
-	// a question is asked.
-	restoreTTY func()
-}
-
-func (r *runSession) sink(seq int64, ev wire.Event) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	switch ev.Type {
-	case wire.EventInteractionReq:
-		r.pending = append(r.pending, render.ParseApproval(ev))
-	case wire.EventInteractionRes:
-		r.answered[ev.ID] = true
-	}
-	switch r.mode {
-	case "text":
-		r.screen.Event(ev)
-	case "ndjson":
-		_ = json.NewEncoder(r.stdout).Encode(wire.Record{Kind: wire.RecordEvent, Seq: seq, Event: &ev})
-	}
-}
-
-func (r *runSession) result(res wire.Result) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	switch r.mode {
-	case "text":
-		if r.cancelled {
-			// The runner says how it stopped the turn (/kill, or a
-			// pause nobody answers now); the person pressed Ctrl-C.
-			res.StopReason = "cancelled"
-			if !res.OK {
-				res.Error = "cancelled"
-			}
-		}
-		r.screen.Result(res, time.Since(r.start))
-	case "ndjson":
-		res.Events = []wire.Event{}
-		_ = json.NewEncoder(r.stdout).Encode(wire.Record{Kind: wire.RecordResult, Result: &res})
-	default:
-		enc := json.NewEncoder(r.stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(res)
-	}
-}
-
-func (r *runSession) notice(s string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.screen != nil {
-		if r.prompting {
-			fmt.Fprintln(r.stdout) // the question's line is still open
-		}
-		r.screen.Warn(s)
-		return
-	}
-	fmt.Fprintln(r.stderr, "runner run:", s)
-}
-
-func (r *runSession) run(ctx context.Context) int {
-	// The turn runs on its own context: Ctrl-C cancels it the way the
-	// runner cancels turns (a session's through Kill), not by dropping it.
-	turnCtx, cancelTurn := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelTurn()
-	interrupted := make(chan struct{})
-	stop := r.watchInterrupts(ctx, cancelTurn, interrupted)
-	defer stop()
-
-	res := r.backend.Run(turnCtx, r.req, r.sink)
-	for res.OK && res.StopReason == "paused" {
-		select {
-		case <-interrupted:
-			r.result(res)
-			return exitInterrupted
-		default:
-		}
-		a, ok := r.nextPending()
-		if !ok {
-			break
-		}
-		if r.answers == nil {
-			r.result(res)
-			r.explainPause(a)
-			return exitPaused
-		}
-		approved, ok := r.askFor(a, interrupted)
-		if !ok {
-			r.result(res)
-			if isClosed(interrupted) {
-				return exitInterrupted
-			}
-			r.explainPause(a)
-			return exitPaused
-		}
-		r.mu.Lock()
-		r.answered[a.ID] = true
-		r.mu.Unlock()
-		res = r.backend.Decide(turnCtx, r.req, a.ID, approved, r.sink)
-	}
-	r.result(res)
-	switch {
-	case isClosed(interrupted):
-		return exitInterrupted
-	case !res.OK:
-		return 1
-	case res.StopReason == "paused":
-		return exitPaused
-	}
-	return 0
-}
-
-func (r *runSession) nextPending() (render.Approval, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, a := range r.pending {
-		if !r.answered[a.ID] {
-			return a, true
-		}
-	}
-	return render.Approval{}, false
-}
-
-// askFor asks allow once / deny on the terminal until it gets an answer;
-// ok is false when the terminal closed or Ctrl-C came first.
-func (r *runSession) askFor(a render.Approval, interrupted <-chan struct{}) (approved, ok bool) {
-	// One key answers, no Enter (the terminal's pending input is dropped
-	// as it switches).
-	if r.tty != nil {
-		if restore, err := cbreak(r.tty); err == nil {
-			r.mu.Lock()
-			r.restoreTTY = restore
-			r.mu.Unlock()
-			defer r.restoreTerminal()
-		}
-	}
-	// Keys typed while the turn ran are not answers to a question they
-	// never saw.
-	for drained := false; !drained; {
-		select {
-		case _, open := <-r.answers:
-			if !open {
-				fmt.Fprintln(r.stdout)
-				return false, false
-			}
-		default:
-			drained = true
-		}
-	}
-	for {
-		r.mu.Lock()
-		fmt.Fprint(r.stdout, "  allow once [a] / deny [d]? ")
-		r.prompting = true
-		r.mu.Unlock()
-		var line string
-		open := true
-		select {
-		case <-interrupted:
-		case line, open = <-r.answers:
-		}
-		r.mu.Lock()
-		r.prompting = false
-		r.mu.Unlock()
-		select {
-		case <-interrupted:
-			return false, false
-		default:
-		}
-		if !open {
-			fmt.Fprintln(r.stdout)
-			return false, false
-		}
-		switch strings.ToLower(strings.TrimSpace(line)) {
-		case "a", "y":
-			fmt.Fprintln(r.stdout) // the terminal echoed the key; no Enter came
-			return true, true
-		case "d", "n":
-			fmt.Fprintln(r.stdout)
-			return false, true
-		}
-		fmt.Fprintln(r.stdout)
-	}
-}
-
-// restoreTerminal puts the terminal back from single-key input, if a
-// question had switched it.
-func (r *runSession) restoreTerminal() {
-	r.mu.Lock()
-	restore := r.restoreTTY
-	r.restoreTTY = nil
-	r.mu.Unlock()
-	if restore != nil {
-		restore()
-	}
-}
-
-// explainPause fails fast where nobody can answer: the interaction's id
-// and the HTTP call that answers it.
-func (r *runSession) explainPause(a render.Approval) {
-	what := strings.TrimSpace(a.Kind + " " + a.Title)
-	if a.Args != "" && a.Args != "{}" {
-		what += " " + a.Args
-	}
-	how := "Answer it over HTTP:"
-	if !r.remote {
-		how = "This process held the paused turn and ends now; run it on a service (`runner serve`, then runner run -url) to answer over HTTP:"
-	}
-	fmt.Fprintf(r.stderr, "runner run: paused for approval of %s: interaction %s in session %s, and there is no terminal to ask on.\n"+
-		"%s\n"+
-		"  curl -sS -X POST -H \"Authorization: Bearer $AGENTA_RUNNER_TOKEN\" -H 'Content-Type: application/json' -H 'Accept: application/x-ndjson' -d '{\"approved\":true}' %s/v1/sessions/%s/interactions/%s\n",
-		what, a.ID, render.Clean(r.req.SessionID), how, r.serviceURL, render.Clean(r.req.SessionID), a.ID)
-}
-
-// watchInterrupts turns the first Ctrl-C (or the caller's cancellation)
-// into a clean cancel of the turn, and a second Ctrl-C into an immediate
-// exit. The returned stop waits for it.
-func (r *runSession) watchInterrupts(ctx context.Context, cancelTurn context.CancelFunc, interrupted chan struct{}) (stop func()) {
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt)
-	quit := make(chan struct{})
-	var wg sync.WaitGroup
-	var once sync.Once
-	first := func() {
-		once.Do(func() {
-			r.mu.Lock()
-			r.cancelled = true
-			r.mu.Unlock()
-			r.notice("cancelling the turn (Ctrl-C again quits at once)")
-			close(interrupted) // after the notice: a question's open line is closed first
-			if r.req.SessionID == "" {
-				cancelTurn()
-				return
-			}
-			wg.Go(func() {
-				kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-				defer cancel()
-				r.backend.Cancel(kctx, r.req)
-				cancelTurn()
-			})
-		})
-	}
-	wg.Go(func() {
-		done := ctx.Done()
-		n := 0
-		for {
-			select {
-			case <-quit:
-				return
-			case <-done:
-				done = nil
-				first()
-			case <-sigs:
-				if n++; n > 1 {
-					r.restoreTerminal() // os.Exit runs no defers
-					fmt.Fprintln(r.stderr, "\nrunner run: interrupted")
-					os.Exit(exitInterrupted)
-				}
-				first()
-			}
-		}
-	})
-	return func() {
-		signal.Stop(sigs)
-		close(quit)
-		wg.Wait()
-	}
-}
-
-func isClosed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
-}
-
 // loopbackAddr is addr with an unspecified host (0.0.0.0, ::, none)
 // replaced by loopback, to dial the local service.
 func loopbackAddr(addr string) string {
@@ -600,19 +304,6 @@ func loopbackAddr(addr string) string {
 		}
 	}
 	return addr
-}
-
-// controllingTerminal reads answers from /dev/tty; nil without one.
-func controllingTerminal() (*os.File, <-chan string) {
-	f, err := os.Open("/dev/tty")
-	if err != nil {
-		return nil, nil
-	}
-	if !isTerminal(f) {
-		f.Close()
-		return nil, nil
-	}
-	return f, keys(f) // f stays open for the process's life, like stdin
 }
 
 func randomID() string {

@@ -10,25 +10,13 @@ import (
 	"net/url"
 
 	"github.com/agentrunner/runner/internal/client"
+	"github.com/agentrunner/runner/internal/console"
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/wire"
 )
 
-// turns runs `runner run`'s turns, in this process or on a running
-// service, with the same events either way.
-type turns interface {
-	// Run runs req, sending its events to sink as they happen.
-	Run(ctx context.Context, req *wire.Request, sink runner.Sink) wire.Result
-	// Decide answers a paused turn's interaction and runs the rest of it:
-	// the same parked harness process when it is still warm.
-	Decide(ctx context.Context, req *wire.Request, interactionID string, approved bool, sink runner.Sink) wire.Result
-	// Cancel stops req's session turn (a session's turn outlives its
-	// caller; a sessionless one stops with its context).
-	Cancel(ctx context.Context, req *wire.Request)
-}
-
-// localTurns runs turns in-process with the service's engine.
+// localTurns runs console turns in-process with the service's engine.
 type localTurns struct {
 	svc *runner.Service
 	// service is where a service on this data dir would listen, for the
@@ -36,7 +24,7 @@ type localTurns struct {
 	service string
 }
 
-func (l localTurns) Run(ctx context.Context, req *wire.Request, sink runner.Sink) wire.Result {
+func (l localTurns) Run(ctx context.Context, req *wire.Request, sink func(seq int64, ev wire.Event)) wire.Result {
 	res, err := l.svc.Run(ctx, req, sink)
 	if errors.Is(err, errdefs.ErrConflict) && req.SessionID != "" {
 		// Another process on this data dir (the service, most often)
@@ -46,7 +34,7 @@ func (l localTurns) Run(ctx context.Context, req *wire.Request, sink runner.Sink
 	return res
 }
 
-func (l localTurns) Decide(ctx context.Context, req *wire.Request, iid string, approved bool, sink runner.Sink) wire.Result {
+func (l localTurns) Decide(ctx context.Context, req *wire.Request, iid string, approved bool, sink func(seq int64, ev wire.Event)) wire.Result {
 	t, err := l.svc.Decide(ctx, runner.KeyOf(req), iid, approved)
 	if err != nil {
 		return failedResult(req, err)
@@ -61,10 +49,16 @@ func (l localTurns) Cancel(ctx context.Context, req *wire.Request) {
 	}
 }
 
-// serviceTurns runs turns on a running `runner serve` over its HTTP API.
+// serviceTurns runs console turns on a running `runner serve` over its
+// HTTP API.
 type serviceTurns struct{ c client.Client }
 
-func (s serviceTurns) Run(ctx context.Context, req *wire.Request, sink runner.Sink) wire.Result {
+var (
+	_ console.Turns = localTurns{}
+	_ console.Turns = serviceTurns{}
+)
+
+func (s serviceTurns) Run(ctx context.Context, req *wire.Request, sink func(seq int64, ev wire.Event)) wire.Result {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return failedResult(req, err)
@@ -72,7 +66,7 @@ func (s serviceTurns) Run(ctx context.Context, req *wire.Request, sink runner.Si
 	return s.stream(ctx, req, "/stream", body, sink)
 }
 
-func (s serviceTurns) Decide(ctx context.Context, req *wire.Request, iid string, approved bool, sink runner.Sink) wire.Result {
+func (s serviceTurns) Decide(ctx context.Context, req *wire.Request, iid string, approved bool, sink func(seq int64, ev wire.Event)) wire.Result {
 	body, _ := json.Marshal(map[string]bool{"approved": approved})
 	path := "/v1/sessions/" + url.PathEscape(req.SessionID) + "/interactions/" + url.PathEscape(iid)
 	if k := runner.KeyOf(req); k.ProjectID != "" {
@@ -95,7 +89,7 @@ func (s serviceTurns) Cancel(ctx context.Context, req *wire.Request) {
 // stream posts body and reads the NDJSON answer: events to sink, then the
 // result. A refusal is a non-200 {ok:false,error} or a 200 stream whose
 // only record is an ok:false result; both come back as the result.
-func (s serviceTurns) stream(ctx context.Context, req *wire.Request, path string, body []byte, sink runner.Sink) wire.Result {
+func (s serviceTurns) stream(ctx context.Context, req *wire.Request, path string, body []byte, sink func(seq int64, ev wire.Event)) wire.Result {
 	resp, err := s.c.Open(ctx, http.MethodPost, path, body)
 	var se *client.StatusError
 	if errors.As(err, &se) {
