@@ -2,18 +2,14 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/agentrunner/runner/internal/client"
-	"github.com/agentrunner/runner/internal/render"
+	"github.com/agentrunner/runner/internal/console"
 )
 
 // healthCommand is `runner health`: GET /health of a running service.
@@ -56,56 +52,11 @@ func (c healthCommand) run(ctx context.Context, args []string) int {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if mode == "json" || !summarizeHealth(c.stdout, *url, body) {
+	if mode == "json" || !console.SummarizeHealth(c.stdout, *url, body) {
 		fmt.Fprint(c.stdout, string(body))
 	}
 	if resp.StatusCode != http.StatusOK {
 		return 1
 	}
 	return 0
-}
-
-// summarizeHealth writes a /health body as a few lines for a person; false
-// when the body is not one (it is then shown as it came).
-func summarizeHealth(w io.Writer, url string, body []byte) bool {
-	var h struct {
-		Status    string                    `json:"status"`
-		Runner    string                    `json:"runner"`
-		Harnesses []string                  `json:"harnesses"`
-		Installed map[string]map[string]any `json:"harnessesInstalled"`
-		Providers map[string]map[string]any `json:"providers"`
-		InFlight  int                       `json:"inFlight"`
-		Warm      int                       `json:"warm"`
-	}
-	if json.Unmarshal(body, &h) != nil || h.Status == "" {
-		return false
-	}
-	fmt.Fprintf(w, "runner %s at %s: %s\n", render.Clean(h.Runner), url, render.Clean(h.Status))
-	var hs []string
-	for _, name := range h.Harnesses {
-		in, ok := h.Installed[name]
-		switch {
-		case !ok:
-			hs = append(hs, render.Clean(name))
-		case in["installed"] == true:
-			hs = append(hs, render.Clean(name))
-		default:
-			hs = append(hs, render.Clean(name)+" (not installed: runner harness install "+render.Clean(name)+")")
-		}
-	}
-	fmt.Fprintf(w, "  harnesses  %s\n", strings.Join(hs, ", "))
-	names := slices.Sorted(maps.Keys(h.Providers))
-	for _, name := range names {
-		d := h.Providers[name]
-		line := render.Clean(name)
-		if iso, ok := d["isolation"].(string); ok {
-			line += "  isolation " + render.Clean(iso)
-		}
-		if on, ok := d["network_on"].(string); ok {
-			line += "  network on: " + render.Clean(on)
-		}
-		fmt.Fprintf(w, "  provider   %s\n", line)
-	}
-	fmt.Fprintf(w, "  turns      %d running, %d warm\n", h.InFlight, h.Warm)
-	return true
 }

@@ -11,10 +11,10 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/agentrunner/runner/internal/client"
+	"github.com/agentrunner/runner/internal/console"
 	"github.com/agentrunner/runner/internal/render"
 	"github.com/agentrunner/runner/internal/wire"
 )
@@ -104,96 +104,23 @@ func (c sessionsCommand) run(ctx context.Context, args []string) int {
 		return 0
 	}
 	if fs.NArg() == 1 {
-		var v sessionView
+		var v console.SessionView
 		if err := json.Unmarshal(body, &v); err != nil {
 			fmt.Fprintf(c.stderr, "%s: the service sent %v\n", name, err)
 			return 1
 		}
-		showSession(c.stdout, v)
+		console.ShowSession(c.stdout, v)
 		return 0
 	}
 	var list struct {
-		Sessions []sessionView `json:"sessions"`
+		Sessions []console.SessionView `json:"sessions"`
 	}
 	if err := json.Unmarshal(body, &list); err != nil {
 		fmt.Fprintf(c.stderr, "%s: the service sent %v\n", name, err)
 		return 1
 	}
-	listSessions(c.stdout, list.Sessions, time.Now())
+	console.ListSessions(c.stdout, list.Sessions, time.Now())
 	return 0
-}
-
-// sessionView is the part of GET /v1/sessions[/ID] shown on a terminal.
-type sessionView struct {
-	ID            string    `json:"id"`
-	ProjectID     string    `json:"projectId"`
-	Harness       string    `json:"harness"`
-	Status        string    `json:"status"`
-	Running       bool      `json:"running"`
-	Warm          bool      `json:"warm"`
-	Paused        bool      `json:"paused"`
-	LastTurnIndex int       `json:"lastTurnIndex"`
-	LastSeq       int64     `json:"lastSeq"`
-	UpdatedAt     time.Time `json:"updatedAt"`
-	Turns         []struct {
-		Index      int        `json:"index"`
-		Status     string     `json:"status"`
-		StopReason string     `json:"stopReason"`
-		Error      string     `json:"error"`
-		Usage      wire.Usage `json:"usage"`
-	} `json:"turns"`
-	Pending []struct {
-		InteractionID string          `json:"interactionId"`
-		ToolName      string          `json:"toolName"`
-		Input         json.RawMessage `json:"input"`
-	} `json:"pendingInteractions"`
-}
-
-func (v sessionView) state() string {
-	switch {
-	case v.Running:
-		return "running"
-	case v.Paused || len(v.Pending) > 0:
-		return "paused"
-	case v.Warm:
-		return "warm"
-	}
-	return "idle"
-}
-
-func listSessions(w io.Writer, list []sessionView, now time.Time) {
-	if len(list) == 0 {
-		fmt.Fprintln(w, "no sessions")
-		return
-	}
-	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SESSION\tPROJECT\tHARNESS\tSTATE\tTURNS\tUPDATED")
-	for _, s := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s ago\n", render.Clean(s.ID), render.Clean(s.ProjectID), render.Clean(s.Harness),
-			s.state(), s.LastTurnIndex+1, now.Sub(s.UpdatedAt).Round(time.Second))
-	}
-	_ = tw.Flush()
-}
-
-func showSession(w io.Writer, v sessionView) {
-	fmt.Fprintf(w, "session %s  project %s  harness %s  %s\n", render.Clean(v.ID), render.Clean(v.ProjectID), render.Clean(v.Harness), v.state())
-	for _, t := range v.Turns {
-		line := fmt.Sprintf("  turn %d  %s", t.Index, render.Clean(t.Status))
-		if t.StopReason != "" {
-			line += "  " + render.Clean(t.StopReason)
-		}
-		if t.Usage.Input > 0 || t.Usage.Output > 0 {
-			line += fmt.Sprintf("  %d in · %d out tokens", t.Usage.Input, t.Usage.Output)
-		}
-		if t.Error != "" {
-			line += "  " + render.Clean(t.Error)
-		}
-		fmt.Fprintln(w, line)
-	}
-	for _, p := range v.Pending {
-		fmt.Fprintf(w, "  waiting: %s %s  %s\n", render.Clean(p.InteractionID), render.Clean(p.ToolName), render.Clean(string(p.Input)))
-	}
-	fmt.Fprintf(w, "follow it: runner sessions tail %s\n", render.Clean(v.ID))
 }
 
 // sessionsClient is the service's client, its errors written to stderr

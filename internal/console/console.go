@@ -4,7 +4,8 @@
 // into a clean cancel of the turn (twice: an immediate exit), and a pause
 // nobody here can answer explained with the HTTP call that answers it.
 // Where the turn runs (in-process or on a service) is the Turns the
-// caller gives.
+// caller gives. It also shows a running service's sessions and health
+// for a person (show.go).
 package console
 
 import (
