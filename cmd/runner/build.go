@@ -70,7 +70,7 @@ func buildService(ctx context.Context, cfg config.Config, environ []string, log 
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("data dir %s: %w (set AGENTA_RUNNER_DATA_DIR to a writable directory)", cfg.DataDir, err)
 	}
-	if _, err := overrideBinds(cfg); err != nil { // override.go: refused at boot
+	if _, err := overrideBinds(cfg); err != nil { // override_linux.go: refused at boot
 		return nil, nil, err
 	}
 	st, err := openStore(ctx, cfg)
@@ -327,4 +327,10 @@ func harnessBinds(cfg config.Config, log *slog.Logger) []sandbox.Bind {
 		return nil
 	}
 	return []sandbox.Bind{{Path: cfg.HarnessDir}}
+}
+
+// overrideBindsChecked is overrideBinds once boot has refused its errors.
+func overrideBindsChecked(cfg config.Config) []sandbox.Bind {
+	b, _ := overrideBinds(cfg)
+	return b
 }

@@ -19,3 +19,6 @@ func newLocal(config.Config, *egress.Policy, *slog.Logger) (sandbox.Provider, er
 
 // localCommand knows no command: no local sandbox runs this binary here.
 func localCommand([]string) (code int, ok bool) { return 0, false }
+
+// overrideBinds binds nothing: no local sandbox runs here.
+func overrideBinds(config.Config) ([]sandbox.Bind, error) { return nil, nil }

@@ -26,19 +26,22 @@ var layers = []struct {
 }{
 	// Leaves: libraries that import nothing of the module.
 	{0, []string{"internal/errdefs", "internal/logkey", "internal/lograte", "internal/jsonrpc",
-		"internal/metrics", "internal/config", "internal/filetree", "internal/testreport", "internal/archtest"}},
+		"internal/metrics", "internal/config", "internal/filetree", "internal/testreport", "internal/archtest",
+		"internal/client"}},
 	// The vocabulary the families speak.
 	{1, []string{"internal/wire", "internal/sandbox/egress", "internal/pool"}},
 	// Families: an interface and its types (and the in-sandbox daemon,
 	// which links no family).
 	{2, []string{"internal/sandbox", "internal/store", "internal/workspace", "internal/platform", "internal/permission",
-		"internal/render", "internal/harness", "internal/gateway", "internal/tools", "internal/sandboxd"}},
+		"internal/render", "internal/gateway", "internal/tools", "internal/sandboxd"}},
 	// Families built on others: an agent runs in a sandbox; a job's
 	// request carries tools.
 	{3, []string{"internal/agent", "internal/jobs"}},
 	// Pieces implementations share, an implementation's own parts (the
-	// local provider's seccomp filter), and the turn's event log.
-	{4, []string{"internal/sandboxd/client", "internal/store/sqlstore", "internal/eventlog", "internal/sandbox/local/seccomp"}},
+	// local provider's seccomp filter), the turn's event log, and the
+	// harnesses' catalogue and configuration (their launch specs are
+	// agent's, their checks run in a sandbox).
+	{4, []string{"internal/sandboxd/client", "internal/store/sqlstore", "internal/eventlog", "internal/sandbox/local/seccomp", "internal/harness"}},
 	// Implementations (test kits among them are placed below first).
 	{5, []string{"internal/sandbox/local", "internal/sandbox/daytona", "internal/store/sqlite", "internal/store/postgres",
 		"internal/agent/acp", "internal/workspace/fs", "internal/workspace/s3", "internal/workspace/resign",
@@ -46,8 +49,8 @@ var layers = []struct {
 		"internal/tools/relay"}},
 	// The turn.
 	{6, []string{"internal/runner"}},
-	// Over the turn: the HTTP API, the job queue.
-	{7, []string{"internal/api", "internal/jobs/river"}},
+	// Over the turn: the HTTP API, the job queue, the CLI's terminal.
+	{7, []string{"internal/api", "internal/jobs/river", "internal/console"}},
 	// The wiring.
 	{8, []string{"cmd/runner"}},
 }

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 	"unicode"
-
-	"github.com/agentrunner/runner/internal/harness"
 )
 
 // loader reads variables and collects problems instead of stopping at the
@@ -199,6 +197,18 @@ func (l *loader) list(k string) []string {
 	return out
 }
 
+// builtinHarnesses is the launch table's default content (docs/protocols.md,
+// ACP). Commands are the adapters' bin names; `runner harness install`
+// puts them in the harness dir, which the runner resolves first.
+var builtinHarnesses = map[string][]string{
+	"claude":    {"claude-agent-acp"},
+	"codex":     {"codex-acp"},
+	"pi_core":   {"pi-acp"},
+	"pi_agenta": {"pi-acp"},
+	"gemini":    {"gemini", "--acp"},
+	"opencode":  {"opencode", "acp"},
+}
+
 const harnessPrefix = "AGENTA_RUNNER_HARNESS_"
 
 // reserved names share the prefix but are settings, not harnesses.
@@ -206,11 +216,8 @@ var reservedHarnessVars = map[string]bool{"AGENTA_RUNNER_HARNESS_DIR": true}
 
 func harnesses(environ []string, l *loader) map[string]Harness {
 	out := map[string]Harness{}
-	// The default launch table: the catalogue's adapters by bin name;
-	// `runner harness install` puts them in the harness dir, which the
-	// runner resolves first.
-	for _, h := range harness.Builtin() {
-		out[h.Name] = Harness{Name: h.Name, Command: append([]string{h.Bin}, h.Args...)}
+	for name, cmd := range builtinHarnesses {
+		out[name] = Harness{Name: name, Command: cmd}
 	}
 	for _, kv := range environ {
 		k, v, _ := strings.Cut(kv, "=")

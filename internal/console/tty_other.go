@@ -1,4 +1,4 @@
-//go:build !linux
+//go:build !linux && !darwin && !dragonfly && !freebsd && !netbsd && !openbsd
 
 package console
 
@@ -7,8 +7,9 @@ import (
 	"os"
 )
 
-// cbreak is Linux's (tty_linux.go); elsewhere a question is answered with
-// a key and Enter.
+// cbreak is Linux's and the BSDs' (tty_linux.go, tty_bsd.go); elsewhere a
+// question is answered with
+// key and Enter.
 func cbreak(*os.File) (restore func(), err error) {
 	return nil, errors.New("single-key input is implemented on Linux only")
 }

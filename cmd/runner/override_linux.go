@@ -31,9 +31,3 @@ func overrideBinds(cfg config.Config) ([]sandbox.Bind, error) {
 	}
 	return binds, nil
 }
-
-// overrideBindsChecked is overrideBinds once boot has refused its errors.
-func overrideBindsChecked(cfg config.Config) []sandbox.Bind {
-	b, _ := overrideBinds(cfg)
-	return b
-}
