@@ -45,7 +45,7 @@ func (s *Sandbox) Probe(ctx context.Context) error {
 	if s.destroyed() {
 		return goneErr(s.id, "was destroyed")
 	}
-	if _, err := s.daemon.Health(ctx); err != nil {
+	if _, err := s.Daemon.Health(ctx); err != nil {
 		if gerr := s.p.gone(s.id)(ctx); gerr != nil {
 			return gerr
 		}

@@ -11,21 +11,19 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandboxd"
 	"github.com/agentrunner/runner/internal/sandboxd/client"
 )
 
-// Sandbox is a Daytona sandbox with a running daemon.
+// Sandbox is a Daytona sandbox with a running daemon, which serves its
+// processes, files, channels and trees (client.Remote).
 type Sandbox struct {
-	p      *Provider
-	id     string
-	info   sandbox.Info
-	socket string // where processes Dial channels
-	daemon *client.Client
-	log    *slog.Logger
+	client.Remote
+	p   *Provider
+	id  string
+	log *slog.Logger
 
 	// mu guards gone.
 	mu   sync.Mutex
@@ -33,9 +31,12 @@ type Sandbox struct {
 }
 
 var (
-	_ sandbox.Sandbox = (*Sandbox)(nil)
-	_ sandbox.Pauser  = (*Sandbox)(nil)
-	_ sandbox.Prober  = (*Sandbox)(nil)
+	_ sandbox.Sandbox     = (*Sandbox)(nil)
+	_ sandbox.Pauser      = (*Sandbox)(nil)
+	_ sandbox.Prober      = (*Sandbox)(nil)
+	_ sandbox.Channeler   = (*Sandbox)(nil)
+	_ sandbox.FileTree    = (*Sandbox)(nil)
+	_ sandbox.TreeWatcher = (*Sandbox)(nil)
 )
 
 // attach waits for sb to run, makes sure this version's daemon runs in
@@ -93,17 +94,22 @@ func (p *Provider) attach(ctx context.Context, sb *apiSandbox, fresh bool, log *
 			return nil, stateErr(fmt.Errorf("daemon reports version %q after starting %q", h.Version, p.cfg.Version), id, sb.State)
 		}
 	}
-	return &Sandbox{
-		p:  p,
-		id: id,
-		info: sandbox.Info{
-			ID: id, Provider: "daytona", Isolation: "daytona",
-			Workdir: h.Workdir, Home: h.Home,
+	s := &Sandbox{
+		Remote: client.Remote{
+			Daemon: newClient(0),
+			Meta: sandbox.Info{
+				ID: id, Provider: "daytona", Isolation: "daytona",
+				Workdir: h.Workdir, Home: h.Home,
+			},
+			Socket: h.Socket,
+			Runner: path.Join(h.Home, binRel(p.cfg.Version)),
 		},
-		socket: h.Socket,
-		daemon: newClient(0),
-		log:    log,
-	}, nil
+		p:   p,
+		id:  id,
+		log: log,
+	}
+	s.Destroyed = s.destroyed
+	return s, nil
 }
 
 // missingBinary is the exit code of the start command when this
@@ -171,82 +177,7 @@ func (p *Provider) upload(ctx context.Context, tb *toolbox, rel string, log *slo
 	return nil
 }
 
-// Info describes the sandbox.
-func (s *Sandbox) Info() sandbox.Info { return s.info }
-
-var _ sandbox.Channeler = (*Sandbox)(nil)
-
-// Start runs cmd in the sandbox through the daemon. Cancelling ctx kills
-// the process.
-func (s *Sandbox) Start(ctx context.Context, cmd sandbox.Cmd) (sandbox.Process, error) {
-	if cmd.Path == "" {
-		return nil, errdefs.Invalidf("start in sandbox %s: empty command", s.id)
-	}
-	if s.destroyed() {
-		return nil, errdefs.With(errdefs.ErrNotFound, fmt.Errorf("start in sandbox %s: it is destroyed", s.id))
-	}
-	p, err := s.daemon.Start(ctx, sandboxd.StartRequest{
-		Argv: append([]string{cmd.Path}, cmd.Args...),
-		Env:  cmd.Env,
-		Dir:  cmd.Dir,
-	}, cmd.WaitDelay)
-	if err != nil {
-		return nil, fmt.Errorf("start %s in sandbox %s: %w", cmd.Path, s.id, err)
-	}
-	return p, nil
-}
-
-// RunnerPath is where this version's runner binary lives in the sandbox.
-func (s *Sandbox) RunnerPath() string {
-	return path.Join(s.info.Home, binRel(s.p.cfg.Version))
-}
-
 func binRel(version string) string { return ".runner/bin/runner-" + version }
-
-// ChannelEnv is what a process in the sandbox needs in its environment
-// to open a channel with sandboxd.Dial: RUNNER_SANDBOXD_SOCKET.
-func (s *Sandbox) ChannelEnv() []string {
-	return []string{sandboxd.SocketEnv + "=" + s.socket}
-}
-
-// Accept waits for a process in the sandbox to open a channel named name
-// with sandboxd.Dial (its environment needs ChannelEnv) and returns it: Stdin writes to that
-// process, Stdout reads from it, Kill closes it. This is how the tool relay
-// `runner mcp-stdio` reaches the runner. Cancelling ctx stops the wait.
-func (s *Sandbox) Accept(ctx context.Context, name string) (sandbox.Process, error) {
-	p, err := s.daemon.Accept(ctx, name)
-	if err != nil {
-		return nil, fmt.Errorf("accept channel %q in sandbox %s: %w", name, s.id, err)
-	}
-	return p, nil
-}
-
-// WriteFile writes data at path, which must lie under the workdir or home.
-func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte, mode uint32) error {
-	clean := path.Clean(p)
-	// The root is the innermost of the two (a home inside the workdir), so
-	// the daemon walks the fewest components the agent could have linked.
-	root := ""
-	for _, d := range []string{s.info.Workdir, s.info.Home} {
-		if within(clean, d) && clean != d && len(d) > len(root) {
-			root = d
-		}
-	}
-	if !path.IsAbs(p) || root == "" {
-		return errdefs.Invalidf("write %q in sandbox %s: not under %s or %s", p, s.id, s.info.Workdir, s.info.Home)
-	}
-	if err := s.daemon.WriteFile(ctx, root, strings.TrimPrefix(clean, strings.TrimSuffix(root, "/")+"/"), data, mode); err != nil {
-		return fmt.Errorf("write %s in sandbox %s: %w", clean, s.id, err)
-	}
-	return nil
-}
-
-func within(p, dir string) bool {
-	if dir == "" {
-		return false
-	}
-	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
-}
 
 // Pause stops (parks) the sandbox; Open resumes it. Its processes end.
 func (s *Sandbox) Pause(ctx context.Context) error {
