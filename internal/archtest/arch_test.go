@@ -42,7 +42,7 @@ func list(t *testing.T) []pkg {
 // implementations are packages that implement a family interface; only
 // cmd/runner (and tests) may import them.
 var implementations = []string{
-	"internal/sandbox/local", "internal/sandbox/daytona",
+	"internal/sandbox/local", "internal/sandbox/daytona", "internal/sandbox/kubernetes",
 	"internal/store/sqlite", "internal/store/postgres",
 	"internal/agent/acp",
 	"internal/workspace/fs", "internal/workspace/s3", "internal/workspace/resign", "internal/workspace/rclone",

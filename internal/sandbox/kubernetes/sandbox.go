@@ -1,0 +1,76 @@
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/agentrunner/runner/internal/sandbox"
+	"github.com/agentrunner/runner/internal/sandboxd/client"
+)
+
+// Sandbox is a running pod with its daemon, which serves its processes,
+// files, channels and trees (client.Remote).
+type Sandbox struct {
+	client.Remote
+	p    *Provider
+	id   string
+	fw   *forwarder
+	http *http.Client
+	log  *slog.Logger
+
+	// mu guards gone.
+	mu   sync.Mutex
+	gone bool // destroyed
+}
+
+var (
+	_ sandbox.Sandbox     = (*Sandbox)(nil)
+	_ sandbox.Channeler   = (*Sandbox)(nil)
+	_ sandbox.Prober      = (*Sandbox)(nil)
+	_ sandbox.FileTree    = (*Sandbox)(nil)
+	_ sandbox.TreeWatcher = (*Sandbox)(nil)
+)
+
+// Probe checks that the pod runs and its daemon answers.
+func (s *Sandbox) Probe(ctx context.Context) error {
+	if s.destroyed() {
+		return goneErr(s.id, "was destroyed")
+	}
+	if _, err := s.Daemon.Health(ctx); err != nil {
+		if gerr := s.p.gone(s.id)(ctx); gerr != nil {
+			return gerr
+		}
+		return fmt.Errorf("kubernetes sandbox %s: %w", s.id, err)
+	}
+	return nil
+}
+
+func (s *Sandbox) destroyed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gone
+}
+
+// Destroy deletes the pod and its policy. It is idempotent; a pod
+// already gone counts as destroyed.
+func (s *Sandbox) Destroy(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gone {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if err := s.p.remove(ctx, s.id); err != nil {
+		return fmt.Errorf("kubernetes sandbox %s: %w", s.id, err)
+	}
+	s.gone = true
+	s.http.CloseIdleConnections()
+	s.fw.Close()
+	s.log.Info("sandbox destroyed")
+	return nil
+}
