@@ -196,10 +196,17 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 				return nil, fmt.Errorf("daytona sandbox provider: %w", err)
 			}
 			providers = append(providers, p)
+		case "kubernetes":
+			p, err := newKubernetes(cfg, replica, log)
+			if err != nil {
+				return nil, fmt.Errorf("kubernetes sandbox provider: %w", err)
+			}
+			providers = append(providers, p)
 		}
 	}
 	pools := map[string]runner.PoolConfig{
-		"daytona": {Enabled: cfg.Daytona.IdleTTL > 0, Max: cfg.Daytona.MaxWarm, IdleTTL: cfg.Daytona.IdleTTL, ApprovalTTL: cfg.Sessions.ApprovalTTL},
+		"daytona":    {Enabled: cfg.Daytona.IdleTTL > 0, Max: cfg.Daytona.MaxWarm, IdleTTL: cfg.Daytona.IdleTTL, ApprovalTTL: cfg.Sessions.ApprovalTTL},
+		"kubernetes": {Enabled: cfg.Kubernetes.IdleTTL > 0, Max: cfg.Kubernetes.MaxWarm, IdleTTL: cfg.Kubernetes.IdleTTL, ApprovalTTL: cfg.Sessions.ApprovalTTL},
 	}
 	refuse := map[string]string{}
 	if cfg.Daytona.OpaqueSecrets {

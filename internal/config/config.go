@@ -47,10 +47,30 @@ type Config struct {
 	Workspace Workspace
 	Tools     Tools
 	// Platform is the Agenta platform mirror (platform.go).
-	Platform Platform
-	Daytona  Daytona
+	Platform   Platform
+	Daytona    Daytona
+	Kubernetes Kubernetes
 	// Jobs configures /v1/jobs (jobs.go).
 	Jobs Jobs
+}
+
+// Kubernetes configures the provider that runs each sandbox as a pod.
+// The JSON settings (resources, placement) are Kubernetes API objects,
+// decoded by cmd/runner with the provider's types.
+type Kubernetes struct {
+	Kubeconfig     string // empty: in-cluster
+	Namespace      string
+	Image          string
+	RunnerPath     string
+	RuntimeClass   string
+	Resources      string // JSON ResourceRequirements
+	NodeSelector   string // JSON object
+	Tolerations    string // JSON list
+	Affinity       string // JSON Affinity
+	ClusterCIDRs   []string
+	PendingTimeout time.Duration
+	IdleTTL        time.Duration
+	MaxWarm        int
 }
 
 // HTTP configures the service's listener, its callers and its connections.
@@ -198,7 +218,7 @@ type Harness struct {
 }
 
 // KnownProviders are the sandbox providers this build knows.
-var knownProviders = []string{"local", "daytona"}
+var knownProviders = []string{"local", "daytona", "kubernetes"}
 
 // Load reads the configuration from environ: every entry of the settings
 // table in order, then the checks that span settings. It returns every
@@ -213,6 +233,7 @@ func Load(environ []string) (Config, []string, error) {
 		}
 	}
 	checkDaytona(l, &c)
+	checkKubernetes(l, &c)
 	return c, l.warnings, errors.Join(l.errs...)
 }
 
@@ -283,6 +304,20 @@ func checkDaytona(l *loader, c *Config) {
 	}
 	if c.Daytona.IdleTTL >= time.Duration(c.Daytona.AutoStopMinutes)*time.Minute {
 		l.warn(fmt.Sprintf("AGENTA_RUNNER_DAYTONA_SESSION_IDLE_TTL_MS (%s) is not below DAYTONA_AUTOSTOP (%d min): Daytona may stop sandboxes the pool believes warm", c.Daytona.IdleTTL, c.Daytona.AutoStopMinutes))
+	}
+}
+
+// checkKubernetes checks that an enabled kubernetes provider knows where
+// its pods go and what they run.
+func checkKubernetes(l *loader, c *Config) {
+	if !contains(c.EnabledProviders, "kubernetes") {
+		return
+	}
+	if c.Kubernetes.Namespace == "" {
+		l.fail("kubernetes is enabled but AGENTA_RUNNER_KUBERNETES_NAMESPACE (where sandbox pods go) is not set")
+	}
+	if c.Kubernetes.Image == "" {
+		l.fail("kubernetes is enabled but AGENTA_RUNNER_KUBERNETES_IMAGE (the sandbox image, with the runner and the harnesses) is not set")
 	}
 }
 

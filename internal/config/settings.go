@@ -55,12 +55,13 @@ const (
 	cPlatform  Component = "Platform"
 	cDaytona   Component = "Daytona"
 	cJobs      Component = "Jobs"
+	cKube      Component = "Kubernetes sandboxes"
 	cCLI       Component = "Command line"
 	cInternal  Component = "Internal"
 )
 
 // Components lists the components in documentation order.
-var Components = []Component{cService, cHTTP, cLimits, cSessions, cLocal, cStore, cWorkspace, cTools, cPlatform, cDaytona, cJobs, cCLI, cInternal}
+var Components = []Component{cService, cHTTP, cLimits, cSessions, cLocal, cStore, cWorkspace, cTools, cPlatform, cDaytona, cKube, cJobs, cCLI, cInternal}
 
 // Type is a setting's kind of value.
 type Type string
@@ -148,7 +149,7 @@ var settings = []Setting{
 	{Name: "AGENTA_RUNNER_PLATFORM_REFRESH_MS", Component: cPlatform, Type: tDuration, Default: "300000", Doc: "age at which the run credential is refreshed (`GET /access/permissions/check`)", load: millis(func(c *Config) *time.Duration { return &c.Platform.RefreshInterval })},
 	{Name: "AGENTA_RUNNER_PLATFORM_QUEUE_MAX", Component: cPlatform, Type: tInt, Default: "10000", Doc: "platform calls waiting during an outage before new ones are dropped (counted, warned); a bad value keeps the default with a warning", load: positive(func(c *Config) *int { return &c.Platform.QueueMax })},
 	{Name: "AGENTA_API_INTERNAL_URL", Aliases: []string{"AGENTA_API_URL"}, Component: cPlatform, Type: tURL, DefaultDoc: "— (the request's OTLP endpoint before `/otlp/`, else `http://api:8000`)", Doc: "the Agenta API the runner calls back", load: loadPlatformBase},
-	{Name: "AGENTA_RUNNER_ENABLED_SANDBOX_PROVIDERS", Component: cService, Type: tList, Default: "local", Doc: "comma list of `local`, `daytona`", Main: true, load: loadProviders},
+	{Name: "AGENTA_RUNNER_ENABLED_SANDBOX_PROVIDERS", Component: cService, Type: tList, Default: "local", Doc: "comma list of `local`, `daytona`, `kubernetes` (see [kubernetes.md](kubernetes.md))", Main: true, load: loadProviders},
 	{Name: "AGENTA_RUNNER_DEFAULT_SANDBOX_PROVIDER", Aliases: []string{"SANDBOX_AGENT_PROVIDER"}, Component: cService, Type: tString, Default: "local", DefaultDoc: "`local` (the first enabled provider when `local` is not)", Doc: "provider for requests without `sandbox`", Main: true, load: loadDefaultProvider},
 	{Name: "AGENTA_RUNNER_WORKSPACE_MODE", Component: cWorkspace, Type: tEnum, Default: "sync", Doc: "`sync`: restore on acquire and checkpoint (no FUSE, no privileges); `fuse`: mount the working directory from the S3 store with `rclone mount` (local provider only; needs rclone, fuse3 and /dev/fuse; see [turns.md](turns.md#durable-workspaces))", load: enum("use sync (restore and checkpoint, the default) or fuse (an rclone mount)", []string{"sync", "fuse"}, func(c *Config) *string { return &c.Workspace.Mode })},
 	{Name: "AGENTA_RUNNER_LOCAL_NETWORK", Component: cLocal, Type: tEnum, Default: "isolated", Doc: "network `on`: `isolated` (own namespace, slirp4netns, nftables; see [security.md](security.md#local-isolation)) or `host` (shares the host's network, development only, logged at boot, shown in `/health`)", Main: true, load: enum("use isolated or host", []string{"isolated", "host"}, func(c *Config) *string { return &c.Local.Network })},
@@ -164,6 +165,19 @@ var settings = []Setting{
 	{Name: "AGENTA_RUNNER_DAYTONA_SESSION_MAX_WARM", Component: cDaytona, Type: tInt, Default: "20", Doc: "warm Daytona sandboxes; a bad value keeps the default with a warning", load: positive(func(c *Config) *int { return &c.Daytona.MaxWarm })},
 	{Name: "AGENTA_RUNNER_DAYTONA_OPAQUE_SECRETS", Component: cDaytona, Type: tBool, Default: "on", Doc: "keep keys out of Daytona sandboxes: credentials the runner cannot hide are refused; `off` passes them into the sandbox's environment", load: loadOpaque},
 	{Name: "AGENTA_RUNNER_DAYTONA_REAP_INTERVAL_MS", Component: cDaytona, Type: tDuration, Default: "600000", Doc: "how often to delete Daytona sandboxes no session owns (`0` disables; at least 60000)", load: millisOff(func(c *Config) *time.Duration { return &c.Daytona.ReapInterval })},
+	{Name: "AGENTA_RUNNER_KUBERNETES_KUBECONFIG", Component: cKube, Type: tPath, DefaultDoc: "— (in-cluster: the pod's service account)", Doc: "kubeconfig the provider reaches the API server with", load: text(func(c *Config) *string { return &c.Kubernetes.Kubeconfig })},
+	{Name: "AGENTA_RUNNER_KUBERNETES_NAMESPACE", Component: cKube, Type: tString, DefaultDoc: "—", Doc: "required when `kubernetes` is enabled: the namespace sandbox pods and their NetworkPolicies go to (the runner's Role must be there)", load: text(func(c *Config) *string { return &c.Kubernetes.Namespace })},
+	{Name: "AGENTA_RUNNER_KUBERNETES_IMAGE", Component: cKube, Type: tString, DefaultDoc: "—", Doc: "required when `kubernetes` is enabled: the sandbox image, carrying the runner binary and the harnesses (the project's image does)", load: text(func(c *Config) *string { return &c.Kubernetes.Image })},
+	{Name: "AGENTA_RUNNER_KUBERNETES_RUNNER_PATH", Component: cKube, Type: tPath, Default: "/usr/local/bin/runner", Doc: "the runner binary inside the sandbox image; the pod runs `<it> sandboxd`", load: text(func(c *Config) *string { return &c.Kubernetes.RunnerPath })},
+	{Name: "AGENTA_RUNNER_KUBERNETES_RUNTIME_CLASS", Component: cKube, Type: tString, DefaultDoc: "— (the cluster's default runtime)", Doc: "`runtimeClassName` of sandbox pods, e.g. `gvisor` or `kata`", load: text(func(c *Config) *string { return &c.Kubernetes.RuntimeClass })},
+	{Name: "AGENTA_RUNNER_KUBERNETES_RESOURCES", Component: cKube, Type: tString, Default: `{"requests":{"cpu":"250m","memory":"512Mi"},"limits":{"memory":"4Gi","ephemeral-storage":"4Gi"}}`, DefaultDoc: "requests 250m CPU and 512Mi, limits 4Gi memory and 4Gi `ephemeral-storage`", Doc: "the sandbox container's requests and limits, as JSON `ResourceRequirements`; the `ephemeral-storage` limit bounds the writable volumes too", load: text(func(c *Config) *string { return &c.Kubernetes.Resources })},
+	{Name: "AGENTA_RUNNER_KUBERNETES_NODE_SELECTOR", Component: cKube, Type: tString, DefaultDoc: "—", Doc: "`nodeSelector` of sandbox pods, a JSON object", load: text(func(c *Config) *string { return &c.Kubernetes.NodeSelector })},
+	{Name: "AGENTA_RUNNER_KUBERNETES_TOLERATIONS", Component: cKube, Type: tString, DefaultDoc: "—", Doc: "`tolerations` of sandbox pods, a JSON list", load: text(func(c *Config) *string { return &c.Kubernetes.Tolerations })},
+	{Name: "AGENTA_RUNNER_KUBERNETES_AFFINITY", Component: cKube, Type: tString, DefaultDoc: "—", Doc: "`affinity` of sandbox pods, a JSON `Affinity`", load: text(func(c *Config) *string { return &c.Kubernetes.Affinity })},
+	{Name: "AGENTA_RUNNER_KUBERNETES_CLUSTER_CIDRS", Component: cKube, Type: tList, DefaultDoc: "—", Doc: "the cluster's pod and service ranges, `,`-separated: refused under network `on` beside the private and link-local ranges", load: hosts(func(c *Config) *[]string { return &c.Kubernetes.ClusterCIDRs })},
+	{Name: "AGENTA_RUNNER_KUBERNETES_PENDING_TIMEOUT_MS", Component: cKube, Type: tDuration, Default: "120000", Doc: "a sandbox pod still `Pending` this long fails the turn with the scheduler's reason", load: millis(func(c *Config) *time.Duration { return &c.Kubernetes.PendingTimeout })},
+	{Name: "AGENTA_RUNNER_KUBERNETES_SESSION_IDLE_TTL_MS", Component: cKube, Type: tDuration, Default: "120000", Doc: "warm sandbox pod lifetime (`0` disables)", load: millisOff(func(c *Config) *time.Duration { return &c.Kubernetes.IdleTTL })},
+	{Name: "AGENTA_RUNNER_KUBERNETES_SESSION_MAX_WARM", Component: cKube, Type: tInt, Default: "20", Doc: "warm sandbox pods; a bad value keeps the default with a warning", load: positive(func(c *Config) *int { return &c.Kubernetes.MaxWarm })},
 	{Name: "AGENTA_RUNNER_HARNESS_<NAME>", Component: cService, Type: tString, DefaultDoc: "the built-ins (see [harnesses.md](harnesses.md))", Doc: "a harness's launch command, quotes and backslash escapes honoured: adds harness `<name>` or replaces a built-in's command", Main: true, load: loadHarnesses},
 	{Name: "AGENTA_RUNNER_PROJECT_TOKENS", Component: cHTTP, Type: tString, DefaultDoc: "—", Doc: "per-project tokens, `projA=tokenA,projB=tokenB` or `@/path/file` (pairs by comma or line): a project's token is accepted only on `/run`, `/stream`, `/kill` and `/v1` for that project (a request naming no project is scoped to it; naming another is 403); `AGENTA_RUNNER_TOKEN` stays the operator's, for every project", load: loadProjectTokens},
 	{Name: "AGENTA_RUNNER_JOBS", Component: cJobs, Type: tBool, Default: "on", Doc: "background and scheduled jobs (`/v1/jobs`, see [jobs.md](jobs.md)); `off`: no queue, and `/v1/jobs` answers 503 naming this", load: flag(func(c *Config) *bool { return &c.Jobs.Enabled })},
@@ -185,7 +199,7 @@ var settings = []Setting{
 	{Name: "RUNNER_TOOLS_SOCKET", Component: cInternal, Type: tPath, DefaultDoc: "—", Doc: "set by the runner in a harness's environment for `runner mcp-stdio` inside the sandbox: the tool relay's socket; never set it yourself"},
 	{Name: "RUNNER_TOOLS_SECRET", Component: cInternal, Type: tString, DefaultDoc: "—", Doc: "set by the runner beside `RUNNER_TOOLS_SOCKET`: that session's binding token; never set it yourself"},
 	{Name: "AGENTA_AGENT_MOUNT_DIR", Component: cInternal, Type: tPath, DefaultDoc: "—", Doc: "set by the runner in a harness's environment: the agent's shared durable folder (see [turns.md](turns.md#durable-workspaces)); not read by the runner"},
-	{Name: "RUNNER_SANDBOXD_TOKEN", Component: cInternal, Type: tString, DefaultDoc: "—", Doc: "`runner sandboxd` inside a Daytona sandbox, started by the runner: the daemon's token when no `--token-file`; never set it yourself"},
+	{Name: "RUNNER_SANDBOXD_TOKEN", Component: cInternal, Type: tString, DefaultDoc: "—", Doc: "`runner sandboxd` inside a Daytona sandbox or a Kubernetes sandbox pod, started by the runner: the daemon's token when no `--token-file`; never set it yourself"},
 	{Name: "RUNNER_SANDBOXD_LISTEN", Component: cInternal, Type: tAddr, DefaultDoc: "—", Doc: "`runner sandboxd`: its listen address; never set it yourself"},
 	{Name: "RUNNER_SANDBOXD_SOCKET", Component: cInternal, Type: tPath, DefaultDoc: "—", Doc: "`runner sandboxd`: the channel socket its children dial; never set it yourself"},
 }
