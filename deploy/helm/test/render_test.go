@@ -18,6 +18,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -56,6 +57,12 @@ func newObject(kind string) (any, error) {
 		return &corev1.PersistentVolumeClaim{}, nil
 	case "PodDisruptionBudget":
 		return &policyv1.PodDisruptionBudget{}, nil
+	case "ServiceAccount":
+		return &corev1.ServiceAccount{}, nil
+	case "Role":
+		return &rbacv1.Role{}, nil
+	case "RoleBinding":
+		return &rbacv1.RoleBinding{}, nil
 	case "ServiceMonitor":
 		return &serviceMonitor{}, nil
 	}
@@ -287,6 +294,72 @@ func TestRolloutNeverSharesAReplicaID(t *testing.T) {
 	}
 }
 
+// TestKubernetesProvider: with sandboxes as pods the runner pod is
+// unprivileged, runs as its own ServiceAccount, and a Role in the sandbox
+// namespace grants exactly the provider's verbs; nothing is cluster-wide.
+func TestKubernetesProvider(t *testing.T) {
+	objs := render(t, "agentRunner.provider=kubernetes", "agentRunner.kubernetes.image=runner:1",
+		"agentRunner.kubernetes.namespace=sandboxes", "agentRunner.kubernetes.runtimeClassName=gvisor",
+		"agentRunner.kubernetes.resources.limits.memory=2Gi")
+	spec, _ := podSpec(t, objs)
+	c := spec.Containers[0]
+	if sc := c.SecurityContext; sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault || sc.ProcMount != nil || *sc.Privileged || *sc.AllowPrivilegeEscalation {
+		t.Errorf("the runner pod is not unprivileged: %+v", sc)
+	}
+	if spec.HostUsers != nil {
+		t.Error("hostUsers is set although no local sandbox runs in the pod")
+	}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil {
+			t.Errorf("a hostPath volume (%s) without local sandboxes", v.HostPath.Path)
+		}
+	}
+	if len(objs["ServiceAccount"]) != 1 || spec.ServiceAccountName != objs["ServiceAccount"][0].(*corev1.ServiceAccount).Name || !*spec.AutomountServiceAccountToken {
+		t.Errorf("the runner does not run as the chart's ServiceAccount: %q", spec.ServiceAccountName)
+	}
+	cfg := config(objs)
+	for k, v := range map[string]string{
+		"AGENTA_RUNNER_ENABLED_SANDBOX_PROVIDERS": "kubernetes", "AGENTA_RUNNER_DEFAULT_SANDBOX_PROVIDER": "kubernetes",
+		"AGENTA_RUNNER_KUBERNETES_NAMESPACE": "sandboxes", "AGENTA_RUNNER_KUBERNETES_IMAGE": "runner:1",
+		"AGENTA_RUNNER_KUBERNETES_RUNTIME_CLASS": "gvisor", "AGENTA_RUNNER_KUBERNETES_RESOURCES": `{"limits":{"memory":"2Gi"}}`,
+	} {
+		if cfg[k] != v {
+			t.Errorf("%s = %q, want %q", k, cfg[k], v)
+		}
+	}
+	if len(objs["Role"]) != 1 || len(objs["RoleBinding"]) != 1 {
+		t.Fatalf("want one Role and one RoleBinding, got %d and %d", len(objs["Role"]), len(objs["RoleBinding"]))
+	}
+	role := objs["Role"][0].(*rbacv1.Role)
+	if role.Namespace != "sandboxes" {
+		t.Errorf("the Role is in %q, not the sandbox namespace", role.Namespace)
+	}
+	got := map[string]string{}
+	for _, r := range role.Rules {
+		for _, res := range r.Resources {
+			got[res] = strings.Join(r.Verbs, ",")
+		}
+	}
+	want := map[string]string{"pods": "create,get,list,watch,delete", "pods/portforward": "create", "networkpolicies": "create,get,update,delete"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("Role grants %s: %q, want %q", k, got[k], v)
+		}
+	}
+	rb := objs["RoleBinding"][0].(*rbacv1.RoleBinding)
+	if rb.Namespace != "sandboxes" || rb.Subjects[0].Namespace != "agents" || rb.RoleRef.Name != role.Name {
+		t.Errorf("RoleBinding %+v", rb)
+	}
+	// The default render makes no account and no Role, and mounts no token.
+	def := render(t)
+	if len(def["Role"]) != 0 || len(def["ServiceAccount"]) != 0 {
+		t.Error("the default render (local sandboxes) makes RBAC objects")
+	}
+	if ds, _ := podSpec(t, def); ds.AutomountServiceAccountToken == nil || *ds.AutomountServiceAccountToken {
+		t.Error("the default render mounts a service account token the runner does not use")
+	}
+}
+
 // TestRefusals: values that cannot work fail the render, naming the value.
 func TestRefusals(t *testing.T) {
 	helm := os.Getenv("RUNNER_TEST_HELM")
@@ -296,6 +369,7 @@ func TestRefusals(t *testing.T) {
 	for set, want := range map[string]string{
 		"agentRunner.replicas=3":                      "agentRunner.databaseUrl",
 		"agentRunner.provider=daytona":                "agentRunner.daytona.apiKey",
+		"agentRunner.provider=kubernetes":             "agentRunner.kubernetes.image",
 		"agentRunner.workload=ReplicaSet":             "agentRunner.workload",
 		"agentRunner.providers.default=e2b":           "not among the enabled providers",
 		"agentRunner.localSandbox.tun.hostPath=false": "agentRunner.localSandbox.tun.hostPath",

@@ -42,8 +42,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- $p := default dict $r.providers -}}
 {{- if $p.enabled -}}
 {{- join "," $p.enabled -}}
-{{- else if eq (default "" $r.provider) "daytona" -}}
-daytona
+{{- else if has (default "" $r.provider) (list "daytona" "kubernetes") -}}
+{{ $r.provider }}
 {{- else -}}
 local
 {{- end -}}
@@ -57,6 +57,16 @@ local
 
 {{- define "runner.local" -}}
 {{- if has "local" (splitList "," (include "runner.providers" .)) }}true{{ end -}}
+{{- end -}}
+
+{{- define "runner.kubernetesOn" -}}
+{{- if has "kubernetes" (splitList "," (include "runner.providers" .)) }}true{{ end -}}
+{{- end -}}
+
+{{/* The namespace sandbox pods go to: agentRunner.kubernetes.namespace,
+     else the release's. */}}
+{{- define "runner.sandboxNamespace" -}}
+{{- default .Release.Namespace (default dict .Values.agentRunner.kubernetes).namespace -}}
 {{- end -}}
 
 {{- define "runner.daytonaOn" -}}
@@ -132,6 +142,9 @@ key: token
 {{- $tun := default dict $r.localSandbox.tun -}}
 {{- if and (include "runner.local" .) (not $tun.hostPath) (not (default dict $tun.resource).name) (ne (toString (default dict $r.env).AGENTA_RUNNER_LOCAL_NETWORK) "host") -}}
 {{- fail "the local provider's default network mode (on) needs /dev/net/tun in the pod: set agentRunner.localSandbox.tun.hostPath: true (the node's device) or agentRunner.localSandbox.tun.resource (a device plugin's, e.g. {name: squat.ai/tun}); or disable the local provider" -}}
+{{- end -}}
+{{- if and (include "runner.kubernetesOn" .) (not (default dict $r.kubernetes).image) -}}
+{{- fail "the kubernetes provider is enabled but has no sandbox image: set agentRunner.kubernetes.image (an image with the runner binary and the harnesses, e.g. this chart's runner image)" -}}
 {{- end -}}
 {{- $d := include "runner.daytona" . | fromYaml -}}
 {{- if and (include "runner.daytonaOn" .) (not $d.apiKey) (not (default dict $d.apiKeySecretRef).name) -}}
