@@ -43,7 +43,7 @@ var layers = []struct {
 	// agent's, their checks run in a sandbox).
 	{4, []string{"internal/sandboxd/client", "internal/store/sqlstore", "internal/eventlog", "internal/sandbox/local/seccomp", "internal/harness"}},
 	// Implementations (test kits among them are placed below first).
-	{5, []string{"internal/sandbox/local", "internal/sandbox/daytona", "internal/store/sqlite", "internal/store/postgres",
+	{5, []string{"internal/sandbox/local", "internal/sandbox/daytona", "internal/sandbox/kubernetes", "internal/store/sqlite", "internal/store/postgres",
 		"internal/agent/acp", "internal/workspace/fs", "internal/workspace/s3", "internal/workspace/resign",
 		"internal/workspace/rclone", "internal/metrics/prom", "internal/platform/agenta", "internal/platform/traces",
 		"internal/tools/relay"}},
