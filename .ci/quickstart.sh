@@ -51,7 +51,11 @@ curl -fsS "$base/ready" >/dev/null || fail "/ready is not 200: $(curl -sS "$base
 [[ -f $HOME/.local/state/runner/runner.db ]] || fail "no SQLite store under ~/.local/state/runner"
 
 step "runner health"
-runner health --url "$base" -o text | grep -q ": ok" || fail "runner health"
+# Each command's output is read whole before it is searched: under
+# pipefail, `cmd | grep -q` fails whenever grep exits at its match before
+# cmd has written the rest (cmd dies of SIGPIPE), which is a race.
+out=$(runner health --url "$base" -o text) || fail "runner health: $out"
+grep -q ": ok" <<<"$out" || fail "runner health: $out"
 
 step "runner run -session qs1 (on the service it finds)"
 out=$(runner run -harness fake -session qs1 -o json "say hello from the quick start")
@@ -61,8 +65,8 @@ out=$(runner run -harness fake -session qs1 -o json "history")
 grep -q 'say hello from the quick start' <<<"$out" || fail "second turn does not continue the session: $out"
 
 step "runner sessions, runner sessions qs1"
-runner sessions -o text | grep -q '^qs1 ' || fail "runner sessions does not list qs1: $(runner sessions -o text)"
-runner sessions -o text qs1 | grep -q 'turn 1  completed' || fail "runner sessions qs1: $(runner sessions -o text qs1)"
+out=$(runner sessions -o text) && grep -q '^qs1 ' <<<"$out" || fail "runner sessions does not list qs1: $out"
+out=$(runner sessions -o text qs1) && grep -q 'turn 1  completed' <<<"$out" || fail "runner sessions qs1: $out"
 
 step "runner sessions tail qs1 follows a running turn"
 runner run -harness fake -session qs1 -o json "say tailed turn
@@ -70,7 +74,7 @@ sleep 2s
 say tail end" >"$work/third.json" &
 third=$!
 for _ in $(seq 1 100); do
-  runner sessions -o json qs1 | grep -q '"running": *true' && break
+  out=$(runner sessions -o json qs1) && grep -q '"running": *true' <<<"$out" && break
   sleep 0.1
 done
 runner sessions tail -o ndjson qs1 >"$work/tail.ndjson" &
