@@ -1,0 +1,380 @@
+#!/usr/bin/env bash
+# A real single-node Kubernetes cluster for the Kubernetes sandbox
+# provider's tests, built from pinned sources and run entirely inside a
+# network namespace this script creates. Needs root.
+#
+#   .ci/kube.sh build   # build the binaries into the cache, print the dir
+#   .ci/kube.sh up      # (re)start the cluster, print the kubeconfig's path
+#   .ci/kube.sh down    # stop it and remove everything it made
+#
+# Binaries (kube-apiserver, kube-scheduler, kubelet from k8s.io/kubernetes,
+# etcd from go.etcd.io/etcd/server/v3) are built once into
+# /var/cache/runner-tools/kube-<version>/. containerd, runc and the CNI
+# plugins come from Debian. The images (a static pause, and the sandbox
+# image: the debootstrap base of .ci/tools.sh plus this checkout's runner
+# and the scripted test agent) are packed here as docker archives and
+# imported into containerd: no registry, no Docker.
+#
+# Network rule: the node (192.0.2.1 on a veth pair whose both ends stay in
+# the namespace), pods (198.51.100.0/24) and services (203.0.113.0/24)
+# use documentation ranges and live in netns runner-kube; the host
+# namespace gets no address. The API server listens on 127.0.0.1:6443
+# inside it; two socat relays joined by a unix socket expose it on the
+# host's 127.0.0.1:$RUNNER_KUBE_PORT (16443), which is what the kubeconfig
+# names.
+#
+# `up` is idempotent: it runs `down` first, so a cluster a killed CI run
+# left behind never breaks the next one. Processes are tracked by the pid
+# files under the state dir and by the netns's own pid list.
+#
+# Not yet called by .ci/run: it has built the binaries and started the
+# control plane and kubelet here once, but no node has been seen Ready and
+# the provider's cluster tests that use it have not run.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+repo=$(cd "$(dirname "$0")/.." && pwd)
+
+k8s_version=v1.34.4
+k8s_staging=v0.34.4
+etcd_version=v3.6.5
+tools=${RUNNER_TOOLS_DIR:-/var/cache/runner-tools}
+bin=$tools/kube-$k8s_version
+state=${RUNNER_KUBE_STATE:-/var/tmp/runner-kube}
+netns=runner-kube
+port=${RUNNER_KUBE_PORT:-16443}
+node=runner-node
+node_ip=192.0.2.1
+pod_cidr=198.51.100.0/24
+svc_cidr=203.0.113.0/24
+# The namespace the provider's tests create sandboxes in.
+sandbox_ns=${RUNNER_KUBE_NAMESPACE:-runner-sandboxes}
+
+log() { echo "kube.sh: $*" >&2; }
+die() { log "$*"; exit 1; }
+
+apt_install() {
+  local missing=() p
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  ((${#missing[@]})) || return 0
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+}
+
+# --- build -----------------------------------------------------------------
+
+build() {
+  local want=(kube-apiserver kube-scheduler kubelet etcd) b ok=1
+  for b in "${want[@]}"; do [[ -x $bin/$b ]] || ok=0; done
+  if ((ok)); then echo "$bin"; return; fi
+  mkdir -p "$bin"
+  local work; work=$(mktemp -d)
+  trap 'rm -rf "$work"' RETURN
+  export GOMODCACHE=${GOMODCACHE:-$(go env GOMODCACHE)}
+  export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0 GOWORK=off
+  local src
+  # The module zip has no staging/ tree and an empty vendor/: point every
+  # staging replace at the published module of the same release.
+  src=$(go mod download -json "k8s.io/kubernetes@$k8s_version" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  [[ -d $src ]] || die "could not download k8s.io/kubernetes@$k8s_version"
+  cp -r "$src" "$work/k8s" && chmod -R u+w "$work/k8s"
+  rm -rf "$work/k8s/vendor" "$work/k8s/go.work" "$work/k8s/go.work.sum"
+  sed -i -E "s#^(\s*k8s.io/[a-z-]+) => ./staging/src/k8s.io/[a-z-]+#\1 => \1 $k8s_staging#" "$work/k8s/go.mod"
+  log "building kube-apiserver, kube-scheduler, kubelet $k8s_version (minutes on first use)"
+  (cd "$work/k8s" && go build -trimpath -ldflags=-s -o "$work/out/" ./cmd/kube-apiserver ./cmd/kube-scheduler ./cmd/kubelet) >&2
+  src=$(go mod download -json "go.etcd.io/etcd/server/v3@$etcd_version" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  [[ -d $src ]] || die "could not download go.etcd.io/etcd/server/v3@$etcd_version"
+  cp -r "$src" "$work/etcd" && chmod -R u+w "$work/etcd"
+  # Its replaces point into the etcd repository; use the published modules.
+  sed -i -E '/=> \.\.\//d' "$work/etcd/go.mod"
+  log "building etcd $etcd_version"
+  (cd "$work/etcd" && go build -trimpath -ldflags=-s -o "$work/out/etcd" .) >&2
+  for b in "${want[@]}"; do install -m 0755 "$work/out/$b" "$bin/$b.tmp" && mv "$bin/$b.tmp" "$bin/$b"; done
+  echo "$bin"
+}
+
+# --- images ----------------------------------------------------------------
+
+# docker_archive OUT TAG LAYER...: a docker-archive tar (what `docker save`
+# writes) of the given layer tars, for `ctr images import`.
+docker_archive() {
+  local out=$1 tag=$2; shift 2
+  local d; d=$(mktemp -d)
+  local layers=() diffs=() l i=0 sum
+  for l in "$@"; do
+    sum=$(sha256sum "$l" | cut -d' ' -f1)
+    mkdir -p "$d/$sum" && ln "$l" "$d/$sum/layer.tar" 2>/dev/null || cp "$l" "$d/$sum/layer.tar"
+    layers+=("\"$sum/layer.tar\"") diffs+=("\"sha256:$sum\"")
+    i=$((i + 1))
+  done
+  local IFS=,
+  printf '{"architecture":"amd64","os":"linux","config":{"Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]},"rootfs":{"type":"layers","diff_ids":[%s]}}' "${diffs[*]}" >"$d/config.json"
+  printf '[{"Config":"config.json","RepoTags":["%s"],"Layers":[%s]}]' "$tag" "${layers[*]}" >"$d/manifest.json"
+  tar -C "$d" -cf "$out" .
+  rm -rf "$d"
+}
+
+images() {
+  local img=$state/images
+  mkdir -p "$img/pause/root" "$img/sandbox/root/usr/local/bin"
+  # pause: a static Go program that sleeps until signalled.
+  cat >"$img/pause.go" <<'EOF'
+package main
+
+import (
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGINT, syscall.SIGTERM)
+	<-c
+}
+EOF
+  (cd "$img" && CGO_ENABLED=0 GOFLAGS= go build -trimpath -ldflags=-s -o pause/root/pause pause.go)
+  tar -C "$img/pause/root" -cf "$img/pause-layer.tar" .
+  docker_archive "$img/pause.tar" runner.local/pause:1 "$img/pause-layer.tar"
+  # sandbox: the Debian base plus this checkout's runner (for `runner
+  # sandboxd`) and the scripted agent.
+  local base; base=$("$repo/.ci/tools.sh" base | awk '{print $2}')
+  (cd "$repo" && CGO_ENABLED=0 go build -trimpath -o "$img/sandbox/root/usr/local/bin/runner" ./cmd/runner &&
+    CGO_ENABLED=0 go build -trimpath -o "$img/sandbox/root/usr/local/bin/fakeagent" ./internal/agent/agenttest/fakeagent)
+  tar -C "$img/sandbox/root" --owner=0 --group=0 -cf "$img/sandbox-layer.tar" .
+  docker_archive "$img/sandbox.tar" runner.local/sandbox:ci "$base" "$img/sandbox-layer.tar"
+  local ctr=(ctr --address "$state/containerd/containerd.sock" -n k8s.io)
+  "${ctr[@]}" images import "$img/pause.tar" >/dev/null
+  "${ctr[@]}" images import "$img/sandbox.tar" >/dev/null
+  rm -f "$img"/*-layer.tar
+}
+
+# --- PKI -------------------------------------------------------------------
+
+pki() {
+  local p=$state/pki
+  mkdir -p "$p"
+  cd "$p"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=runner-kube-ca 2>/dev/null
+  cert() { # name subject [sans]
+    openssl req -newkey rsa:2048 -nodes -keyout "$1.key" -out "$1.csr" -subj "$2" 2>/dev/null
+    local ext=$1.ext
+    printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth,clientAuth\n' >"$ext"
+    [[ -n ${3:-} ]] && echo "subjectAltName=$3" >>"$ext"
+    openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -out "$1.crt" -days 2 -extfile "$ext" 2>/dev/null
+  }
+  cert apiserver /CN=kube-apiserver "IP:127.0.0.1,IP:$node_ip,IP:203.0.113.1,DNS:kubernetes,DNS:kubernetes.default,DNS:localhost"
+  cert apiserver-kubelet "/O=system:masters/CN=kube-apiserver-kubelet-client"
+  cert kubelet "/O=system:nodes/CN=system:node:$node" "IP:$node_ip,DNS:$node"
+  openssl genrsa -out sa.key 2048 2>/dev/null
+  openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+  # Static tokens: the admin the tests use, the scheduler, and "limited",
+  # a user the RBAC tests bind to a Role that lacks verbs.
+  admin=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+  sched=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+  limited=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+  cat >tokens.csv <<EOF
+$admin,runner-admin,1,"system:masters"
+$sched,system:kube-scheduler,2
+$limited,runner-limited,3
+EOF
+  kubeconfig() { # file server token
+    cat >"$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: runner-kube
+  cluster: {server: "$2", certificate-authority: $p/ca.crt}
+users:
+- name: user
+  user: {token: "$3"}
+contexts:
+- name: runner-kube
+  context: {cluster: runner-kube, user: user, namespace: $sandbox_ns}
+current-context: runner-kube
+EOF
+  }
+  kubeconfig "$state/kubeconfig" "https://127.0.0.1:$port" "$admin"
+  kubeconfig "$state/kubeconfig-limited" "https://127.0.0.1:$port" "$limited"
+  kubeconfig "$p/scheduler.kubeconfig" https://127.0.0.1:6443 "$sched"
+  cat >"$p/kubelet.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: "https://127.0.0.1:6443", certificate-authority: $p/ca.crt}
+users:
+- name: u
+  user: {client-certificate: $p/kubelet.crt, client-key: $p/kubelet.key}
+contexts:
+- name: c
+  context: {cluster: c, user: u}
+current-context: c
+EOF
+  cd - >/dev/null
+}
+
+# --- up / down -------------------------------------------------------------
+
+# The part that runs inside the netns and a private mount namespace: every
+# mount kubelet and containerd make vanishes with it.
+inner() {
+  set -euo pipefail
+  ip link set lo up
+  ip link add node0 type veth peer name node1
+  ip addr add "$node_ip/24" dev node0
+  ip link set node0 up
+  ip link set node1 up
+  ip route add default dev node0 2>/dev/null || true
+  local s=$state
+  mkdir -p "$s/cni" "$s/containerd" "$s/kubelet" "$s/logs"
+  cat >"$s/cni/10-bridge.conflist" <<EOF
+{"cniVersion":"1.0.0","name":"runner-kube","plugins":[
+ {"type":"bridge","bridge":"cni0","isGateway":true,"ipMasq":false,
+  "ipam":{"type":"host-local","ranges":[[{"subnet":"$pod_cidr"}]],"routes":[{"dst":"0.0.0.0/0"}]}},
+ {"type":"loopback"}]}
+EOF
+  cat >"$s/containerd/config.toml" <<EOF
+version = 2
+root = "$s/containerd/root"
+state = "$s/containerd/state"
+[grpc]
+  address = "$s/containerd/containerd.sock"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "runner.local/pause:1"
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$s/cni"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+EOF
+  cat >"$s/kubelet/config.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+address: $node_ip
+authentication:
+  anonymous: {enabled: false}
+  x509: {clientCAFile: $s/pki/ca.crt}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+tlsCertFile: $s/pki/kubelet.crt
+tlsPrivateKeyFile: $s/pki/kubelet.key
+imageGCHighThresholdPercent: 100
+evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%"}
+podCIDR: $pod_cidr
+resolvConf: ""
+cgroupRoot: /runner-kube
+EOF
+  run() { # name args...: start in the background, record the pid
+    local name=$1; shift
+    "$@" >"$s/logs/$name.log" 2>&1 &
+    echo $! >"$s/$name.pid"
+  }
+  run etcd "$bin/etcd" --data-dir "$s/etcd" --listen-client-urls http://127.0.0.1:2379 \
+    --advertise-client-urls http://127.0.0.1:2379 --listen-peer-urls http://127.0.0.1:2380 --unsafe-no-fsync
+  run containerd containerd --config "$s/containerd/config.toml"
+  run apiserver "$bin/kube-apiserver" --etcd-servers=http://127.0.0.1:2379 --bind-address=127.0.0.1 \
+    --secure-port=6443 --advertise-address="$node_ip" --token-auth-file="$s/pki/tokens.csv" \
+    --client-ca-file="$s/pki/ca.crt" --tls-cert-file="$s/pki/apiserver.crt" --tls-private-key-file="$s/pki/apiserver.key" \
+    --service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$s/pki/sa.pub" \
+    --service-account-signing-key-file="$s/pki/sa.key" --service-cluster-ip-range="$svc_cidr" \
+    --authorization-mode=Node,RBAC --kubelet-client-certificate="$s/pki/apiserver-kubelet.crt" \
+    --kubelet-client-key="$s/pki/apiserver-kubelet.key" --kubelet-preferred-address-types=InternalIP
+  run relay socat UNIX-LISTEN:"$s/apiserver.sock",fork,unlink-early TCP:127.0.0.1:6443
+  local i
+  # Minutes, not seconds: a loaded CI machine starts the API server slowly.
+  for i in $(seq 1 480); do
+    curl -sf --cacert "$s/pki/ca.crt" https://127.0.0.1:6443/readyz >/dev/null 2>&1 && break
+    sleep 0.5
+  done
+  curl -sf --cacert "$s/pki/ca.crt" https://127.0.0.1:6443/readyz >/dev/null || { echo "apiserver not ready" >&2; tail -20 "$s/logs/apiserver.log" >&2; exit 1; }
+  run scheduler "$bin/kube-scheduler" --kubeconfig="$s/pki/scheduler.kubeconfig" --leader-elect=false \
+    --authentication-skip-lookup --authorization-always-allow-paths=/healthz,/readyz,/livez --secure-port=0
+  for i in $(seq 1 60); do [[ -S $s/containerd/containerd.sock ]] && break; sleep 0.5; done
+  # kubelet's cgroupRoot must exist in every hierarchy; `down` removes it.
+  local h
+  for h in /sys/fs/cgroup/*/; do mkdir -p "$h/runner-kube" 2>/dev/null || true; done
+  run kubelet "$bin/kubelet" --config="$s/kubelet/config.yaml" --kubeconfig="$s/pki/kubelet.kubeconfig" \
+    --container-runtime-endpoint="unix://$s/containerd/containerd.sock" --node-ip="$node_ip" \
+    --hostname-override="$node" --root-dir="$s/kubelet/root" --cert-dir="$s/kubelet/pki"
+  # Stay alive as the mount namespace's anchor until `down` kills us.
+  echo $$ >"$s/inner.pid"
+  wait
+}
+
+down() {
+  [[ -d $state ]] || { ip netns del "$netns" 2>/dev/null || true; return 0; }
+  local f pid
+  for f in "$state"/*.pid; do
+    [[ -f $f ]] || continue
+    pid=$(cat "$f")
+    kill "$pid" 2>/dev/null || true
+  done
+  # Whatever is left in the namespace (containerd shims, pod processes)
+  # was started by this cluster.
+  if [[ -e /run/netns/$netns ]]; then
+    for pid in $(ip netns pids "$netns" 2>/dev/null); do kill "$pid" 2>/dev/null || true; done
+    for _ in $(seq 1 50); do [[ -z $(ip netns pids "$netns" 2>/dev/null) ]] && break; sleep 0.2; done
+    for pid in $(ip netns pids "$netns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
+    ip netns del "$netns" 2>/dev/null || true
+  fi
+  # The cgroups kubelet made under its cgroupRoot.
+  find /sys/fs/cgroup -depth -type d -path '*/runner-kube*' -exec rmdir {} + 2>/dev/null || true
+  rm -rf "$state"
+}
+
+up() {
+  apt_install containerd runc containernetworking-plugins socat openssl curl iproute2
+  build >/dev/null
+  down
+  mkdir -p "$state"
+  pki
+  ip netns add "$netns"
+  # setsid: the cluster outlives this script; `down` stops it by pid.
+  state=$state bin=$bin setsid nsenter --net="/run/netns/$netns" unshare --mount --propagation slave \
+    bash -c "$(declare -f inner); $(declare -p state bin node_ip pod_cidr svc_cidr node); inner" \
+    </dev/null >"$state/inner.log" 2>&1 &
+  echo $! >"$state/nsenter.pid"
+  local i
+  for i in $(seq 1 600); do
+    [[ -f $state/inner.pid ]] && break
+    kill -0 "$(cat "$state/nsenter.pid")" 2>/dev/null || break
+    sleep 0.5
+  done
+  [[ -f $state/inner.pid ]] || { cat "$state/inner.log" >&2; tail -20 "$state/logs/"*.log >&2 || true; die "the cluster did not start"; }
+  setsid socat TCP-LISTEN:"$port",bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:"$state/apiserver.sock" </dev/null >/dev/null 2>&1 &
+  echo $! >"$state/hostrelay.pid"
+  k() { curl -sf --cacert "$state/pki/ca.crt" -H "Authorization: Bearer $(awk -F, 'NR==1{print $1}' "$state/pki/tokens.csv")" "$@"; }
+  for i in $(seq 1 60); do k "https://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break; sleep 0.5; done
+  images
+  for i in $(seq 1 360); do
+    k "https://127.0.0.1:$port/api/v1/nodes/$node" 2>/dev/null | grep -q '"type":"Ready","status":"True"' && break
+    sleep 0.5
+  done
+  k "https://127.0.0.1:$port/api/v1/nodes/$node" 2>/dev/null | grep -q '"type":"Ready","status":"True"' ||
+    { tail -30 "$state/logs/kubelet.log" >&2; die "node $node did not become Ready"; }
+  # No controller-manager: the namespace's default service account and
+  # root CA config map are made here.
+  post() { k -X POST -H 'Content-Type: application/json' "https://127.0.0.1:$port$1" -d "$2" >/dev/null; }
+  post /api/v1/namespaces "{\"metadata\":{\"name\":\"$sandbox_ns\"}}"
+  post "/api/v1/namespaces/$sandbox_ns/serviceaccounts" '{"metadata":{"name":"default"}}'
+  post "/api/v1/namespaces/$sandbox_ns/configmaps" \
+    "{\"metadata\":{\"name\":\"kube-root-ca.crt\"},\"data\":{\"ca.crt\":\"$(awk '{printf "%s\\n", $0}' "$state/pki/ca.crt")\"}}"
+  # "limited" may create and read pods but not exec into them: the
+  # provider's boot check must name the missing verb.
+  post "/apis/rbac.authorization.k8s.io/v1/namespaces/$sandbox_ns/roles" \
+    '{"metadata":{"name":"limited"},"rules":[{"apiGroups":[""],"resources":["pods"],"verbs":["get","list","watch","create","delete"]}]}'
+  post "/apis/rbac.authorization.k8s.io/v1/namespaces/$sandbox_ns/rolebindings" \
+    '{"metadata":{"name":"limited"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"Role","name":"limited"},"subjects":[{"kind":"User","name":"runner-limited","apiGroup":"rbac.authorization.k8s.io"}]}'
+  echo "$state/kubeconfig"
+}
+
+case ${1:-} in
+  build) build ;;
+  up) up ;;
+  down) down ;;
+  *) echo "usage: $0 build|up|down" >&2; exit 2 ;;
+esac
