@@ -259,10 +259,20 @@ func (q *Queue) Start(ctx context.Context) error { return q.river.Start(ctx) }
 // runner stopped is run again later), then closes the database.
 func (q *Queue) Stop(ctx context.Context) error {
 	err := q.river.Stop(ctx)
-	if q.closeDB != nil {
-		err = errors.Join(err, q.closeDB())
+	if q.closeDB == nil {
+		return err
 	}
-	return err
+	// Closing a pool waits for every connection to come back; with a
+	// stalled PostgreSQL, River's queries never return one, so the close
+	// is bounded by ctx like the stop (the process is exiting then).
+	closed := make(chan error, 1)
+	go func() { closed <- q.closeDB() }()
+	select {
+	case cerr := <-closed:
+		return errors.Join(err, cerr)
+	case <-ctx.Done():
+		return errors.Join(err, fmt.Errorf("close the jobs database: %w", context.Cause(ctx)))
+	}
 }
 
 // warnOnly passes River's warnings and errors on: at info it logs its
