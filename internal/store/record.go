@@ -234,7 +234,13 @@ type Lease struct {
 	SessionID string
 	Owner     string
 	Expires   time.Time
+	// Generation is the fencing token: 1 for the session's first owner,
+	// raised on every change of owner, kept by a renewal.
+	Generation int64
 }
+
+// Key is the lease's session key.
+func (l Lease) Key() SessionKey { return SessionKey{ProjectID: l.ProjectID, SessionID: l.SessionID} }
 
 // ValidateLease reports whether a lease request is well formed.
 func ValidateLease(k SessionKey, owner string, ttl time.Duration) error {
@@ -247,13 +253,31 @@ func ValidateLease(k SessionKey, owner string, ttl time.Duration) error {
 	return nil
 }
 
+// ValidateTakeOver reports whether a takeover request is well formed.
+func ValidateTakeOver(k SessionKey, owner string, from Lease, ttl time.Duration) error {
+	if err := ValidateLease(k, owner, ttl); err != nil {
+		return err
+	}
+	if from.Owner == "" || from.Generation < 1 {
+		return errdefs.Invalidf("lease %s: a takeover needs the lease it replaces (owner and generation), not %q at %d", k, from.Owner, from.Generation)
+	}
+	return nil
+}
+
 // LeaseError reports a session leased to another owner. It wraps
 // errdefs.ErrConflict.
 type LeaseError struct {
-	ProjectID string
-	SessionID string
-	Owner     string
-	Expires   time.Time
+	ProjectID  string
+	SessionID  string
+	Owner      string
+	Expires    time.Time
+	Generation int64
+}
+
+// Lease is the holder's lease as the error reports it: what a takeover
+// compares against.
+func (e *LeaseError) Lease() Lease {
+	return Lease{ProjectID: e.ProjectID, SessionID: e.SessionID, Owner: e.Owner, Expires: e.Expires, Generation: e.Generation}
 }
 
 func (e *LeaseError) Error() string {
@@ -261,6 +285,26 @@ func (e *LeaseError) Error() string {
 }
 
 func (e *LeaseError) Unwrap() error { return errdefs.ErrConflict }
+
+// Replica is one row of the replica registry (Replicas).
+type Replica struct {
+	ID string
+	// AdvertiseURL is where the other replicas reach this one.
+	AdvertiseURL string
+	StartedAt    time.Time
+	// HeartbeatAt is when the replica last wrote its row.
+	HeartbeatAt time.Time
+	// Draining is set once the replica stops taking new sessions.
+	Draining bool
+}
+
+// Validate reports whether r can be stored.
+func (r Replica) Validate() error {
+	if r.ID == "" {
+		return errdefs.Invalidf("replica: empty id")
+	}
+	return nil
+}
 
 // Resume is the state a paused turn resumes from (Resumes).
 type Resume struct {

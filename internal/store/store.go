@@ -14,6 +14,7 @@ type Store interface {
 	Sandboxes
 	Secrets
 	Leases
+	Replicas
 	// Close releases the store's connections. Calls after Close fail.
 	Close() error
 }
@@ -140,18 +141,50 @@ type Secrets interface {
 }
 
 // Leases say which replica owns a session. The caller supplies the clock:
-// a lease is held while now < Expires.
+// a lease is held while now < Expires. Every change of owner raises the
+// lease's Generation, the fencing token a turn's writes carry: the store
+// refuses a write whose generation the session's lease has moved past.
+// A session's generation never goes back, whatever is released.
 type Leases interface {
 	// AcquireLease gives the session to owner until now+ttl if the lease
-	// is free, expired or already owner's (a renewal). Otherwise it
-	// returns a *LeaseError naming the holder, which wraps ErrConflict.
+	// is free, expired or already owner's (a renewal). A renewal keeps the
+	// generation, also of an expired lease nobody took since (no other
+	// owner wrote in between); a free or expired lease taken by another
+	// owner gets the next one. Otherwise it returns a *LeaseError naming
+	// the holder, which wraps ErrConflict.
 	AcquireLease(ctx context.Context, k SessionKey, owner string, now time.Time, ttl time.Duration) (Lease, error)
-	// ReleaseLease gives up owner's lease. Releasing a lease that does not
+	// TakeOverLease gives the session to owner until now+ttl, with
+	// generation from.Generation+1, only while the stored lease is still
+	// from's: held by from.Owner at from.Generation, expired or not. It is
+	// how a replica takes a session from an owner it found gone. A lease
+	// that moved on since from was read is a *LeaseError naming its
+	// holder; a free one (released, or never taken) is an error wrapping
+	// ErrNotFound: acquire it instead.
+	TakeOverLease(ctx context.Context, k SessionKey, owner string, from Lease, now time.Time, ttl time.Duration) (Lease, error)
+	// ReleaseLease gives up owner's lease; the session's generation is
+	// kept for the next owner to raise. Releasing a lease that does not
 	// exist is not an error; one held by another owner is a *LeaseError.
 	ReleaseLease(ctx context.Context, k SessionKey, owner string) error
 	// GetLease returns the session's lease, expired or not, or an error
-	// wrapping ErrNotFound.
+	// wrapping ErrNotFound when it is free.
 	GetLease(ctx context.Context, k SessionKey) (Lease, error)
+}
+
+// Replicas is the registry of the replicas sharing the store: one row per
+// replica id, written only by that replica (its heartbeat), read by the
+// others to find a session's owner and whether it is alive. The caller
+// supplies StartedAt and HeartbeatAt.
+type Replicas interface {
+	// PutReplica creates or replaces r's row and returns it as stored.
+	PutReplica(ctx context.Context, r Replica) (Replica, error)
+	// GetReplica returns the replica's row, or an error wrapping
+	// ErrNotFound.
+	GetReplica(ctx context.Context, id string) (Replica, error)
+	// ListReplicas returns every row, by id.
+	ListReplicas(ctx context.Context) ([]Replica, error)
+	// DeleteReplica removes the replica's row (a clean shutdown); a
+	// missing one is not an error.
+	DeleteReplica(ctx context.Context, id string) error
 }
 
 // Resumes is an optional ability of a Store: what a turn paused for a

@@ -132,6 +132,21 @@ CREATE TABLE resumes (
 	PRIMARY KEY (project_id, session_id)
 );
 `,
+	// 4: a lease's generation (the fencing token, raised on every change
+	// of owner; a lease held now counts as its first), and the replica
+	// registry. A released lease keeps its row, with no owner, so that
+	// its generation never goes back.
+	`
+ALTER TABLE leases ADD COLUMN generation BIGINT NOT NULL DEFAULT 1;
+
+CREATE TABLE replicas (
+	id            TEXT PRIMARY KEY,
+	advertise_url TEXT NOT NULL,
+	started_at    BIGINT NOT NULL,
+	heartbeat_at  BIGINT NOT NULL,
+	draining      BOOLEAN NOT NULL
+);
+`,
 }
 
 // migrate brings the database to len(migs), in one transaction, holding

@@ -192,6 +192,21 @@ CREATE TABLE resumes (
 	PRIMARY KEY (project_id, session_id)
 ) STRICT;
 `,
+	// 4: a lease's generation (the fencing token, raised on every change
+	// of owner; a lease held now counts as its first), and the replica
+	// registry. A released lease keeps its row, with no owner, so that
+	// its generation never goes back.
+	`
+ALTER TABLE leases ADD COLUMN generation INTEGER NOT NULL DEFAULT 1;
+
+CREATE TABLE replicas (
+	id            TEXT PRIMARY KEY,
+	advertise_url TEXT NOT NULL,
+	started_at    INTEGER NOT NULL,
+	heartbeat_at  INTEGER NOT NULL,
+	draining      INTEGER NOT NULL
+) STRICT;
+`,
 }
 
 // migrate brings db to len(migs), in one transaction. It refuses a

@@ -138,13 +138,18 @@ func ScanSecret(r Scanner) (store.Secret, error) {
 }
 
 // LeaseCols are the columns ScanLease and HeldBy read, in their order.
-const LeaseCols = `owner, expires_at`
+// A lease row outlives its release, to keep the session's generation:
+// a free lease is a row whose owner is FreeOwner.
+const LeaseCols = `owner, expires_at, generation`
+
+// FreeOwner is the owner of a released lease's row.
+const FreeOwner = ""
 
 // ScanLease reads a row of LeaseCols as session k's lease.
 func ScanLease(r Scanner, k store.SessionKey) (store.Lease, error) {
 	out := store.Lease{ProjectID: k.ProjectID, SessionID: k.SessionID}
 	var expires int64
-	if err := r.Scan(&out.Owner, &expires); err != nil {
+	if err := r.Scan(&out.Owner, &expires, &out.Generation); err != nil {
 		return store.Lease{}, err
 	}
 	out.Expires = FromMS(expires)
@@ -158,7 +163,21 @@ func HeldBy(r Scanner, k store.SessionKey) error {
 	if err != nil {
 		return err
 	}
-	return &store.LeaseError{ProjectID: l.ProjectID, SessionID: l.SessionID, Owner: l.Owner, Expires: l.Expires}
+	return &store.LeaseError{ProjectID: l.ProjectID, SessionID: l.SessionID, Owner: l.Owner, Expires: l.Expires, Generation: l.Generation}
+}
+
+// ReplicaCols are the columns ScanReplica reads, in its order.
+const ReplicaCols = `id, advertise_url, started_at, heartbeat_at, draining`
+
+// ScanReplica reads a row of ReplicaCols.
+func ScanReplica(r Scanner) (store.Replica, error) {
+	var out store.Replica
+	var started, beat int64
+	if err := r.Scan(&out.ID, &out.AdvertiseURL, &started, &beat, &out.Draining); err != nil {
+		return store.Replica{}, err
+	}
+	out.StartedAt, out.HeartbeatAt = FromMS(started), FromMS(beat)
+	return out, nil
 }
 
 // ResumeCols are the columns ScanResume reads, in its order.

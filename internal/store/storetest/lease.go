@@ -34,7 +34,7 @@ func testLeases(t *testing.T, st store.Store) {
 
 	// Free: A takes it. The session need not exist.
 	l := must(st.AcquireLease(ctx, sk("s"), "A", t0, ttl))(t)
-	equal(t, "AcquireLease", l, store.Lease{SessionID: "s", Owner: "A", Expires: t0.Add(ttl)})
+	equal(t, "AcquireLease", l, store.Lease{SessionID: "s", Owner: "A", Expires: t0.Add(ttl), Generation: 1})
 	equal(t, "GetLease", must(st.GetLease(ctx, sk("s")))(t), l)
 
 	// Held: B is refused and told who holds it.
@@ -46,7 +46,7 @@ func testLeases(t *testing.T, st store.Store) {
 
 	// Same owner: a renewal.
 	l = must(st.AcquireLease(ctx, sk("s"), "A", t0.Add(10*time.Second), ttl))(t)
-	equal(t, "renewed", l.Expires, t0.Add(40*time.Second))
+	equal(t, "renewed", l, store.Lease{SessionID: "s", Owner: "A", Expires: t0.Add(40 * time.Second), Generation: 1})
 
 	// Other sessions are independent.
 	must(st.AcquireLease(ctx, sk("s2"), "B", t0, ttl))(t)
@@ -55,7 +55,7 @@ func testLeases(t *testing.T, st store.Store) {
 	_, err = st.AcquireLease(ctx, sk("s"), "B", t0.Add(40*time.Second-time.Millisecond), ttl)
 	wantLeaseError(t, err, "A", t0.Add(40*time.Second))
 	l = must(st.AcquireLease(ctx, sk("s"), "B", t0.Add(40*time.Second), ttl))(t)
-	equal(t, "taken over", l, store.Lease{SessionID: "s", Owner: "B", Expires: t0.Add(70 * time.Second)})
+	equal(t, "taken over", l, store.Lease{SessionID: "s", Owner: "B", Expires: t0.Add(70 * time.Second), Generation: 2})
 
 	// Only the holder releases.
 	wantLeaseError(t, st.ReleaseLease(ctx, sk("s"), "A"), "B", t0.Add(70*time.Second))
@@ -68,8 +68,9 @@ func testLeases(t *testing.T, st store.Store) {
 	if err := st.ReleaseLease(ctx, sk("s"), "B"); err != nil {
 		t.Fatalf("releasing a released lease: %v", err)
 	}
-	// Released: anyone may take it, whatever the clock says.
-	must(st.AcquireLease(ctx, sk("s"), "A", t0, ttl))(t)
+	// Released: anyone may take it, whatever the clock says, and the
+	// generation goes on from the last owner's.
+	equal(t, "after release", must(st.AcquireLease(ctx, sk("s"), "A", t0, ttl))(t).Generation, int64(3))
 
 	for _, bad := range []struct {
 		session, owner string

@@ -74,7 +74,7 @@ func testProjects(t *testing.T, st store.Store) {
 	const ttl = time.Minute
 	must(st.AcquireLease(ctx, a, "r1", t0, ttl))(t)
 	l := must(st.AcquireLease(ctx, b, "r2", t0, ttl))(t)
-	equal(t, "B's lease", l, store.Lease{ProjectID: "pB", SessionID: "s", Owner: "r2", Expires: t0.Add(ttl)})
+	equal(t, "B's lease", l, store.Lease{ProjectID: "pB", SessionID: "s", Owner: "r2", Expires: t0.Add(ttl), Generation: 1})
 	equal(t, "A's holder", must(st.GetLease(ctx, a))(t).Owner, "r1")
 	_, err = st.GetLease(ctx, c)
 	wantErr(t, err, errdefs.ErrNotFound)
@@ -139,7 +139,7 @@ func CheckV1Migrated(t *testing.T, st store.Store) {
 	equal(t, "s1's log", len(evs), 2)
 	equal(t, "s1's first event", evs[0].Event.Text, "hello")
 	equal(t, "s2's log", len(must(st.ReadEvents(ctx, sk("s2"), 0, 0))(t)), 1)
-	equal(t, "s1's lease", must(st.GetLease(ctx, a))(t), store.Lease{ProjectID: "pA", SessionID: "s1", Owner: "r1", Expires: time.UnixMilli(5000).UTC()})
+	equal(t, "s1's lease", must(st.GetLease(ctx, a))(t), store.Lease{ProjectID: "pA", SessionID: "s1", Owner: "r1", Expires: time.UnixMilli(5000).UTC(), Generation: 1})
 	equal(t, "orphan lease", must(st.GetLease(ctx, sk("orphan")))(t).Owner, "r2")
 	equal(t, "sb1's project", must(st.GetSandbox(ctx, "local", "sb1"))(t).ProjectID, "pA")
 	equal(t, "sb9's project", must(st.GetSandbox(ctx, "local", "sb9"))(t).ProjectID, "")

@@ -31,6 +31,10 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Projects", testProjects},
 		{"Leases", testLeases},
 		{"LeaseRace", testLeaseRace},
+		{"LeaseGenerations", testLeaseGenerations},
+		{"TakeOver", testTakeOver},
+		{"TakeOverRace", testTakeOverRace},
+		{"Replicas", testReplicas},
 		{"Cancelled", testCancelled},
 		{"Resumes", testResumes},
 	}
