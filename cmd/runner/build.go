@@ -242,7 +242,7 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 		Pools:           pools,
 		Gateway:         gw,
 		Egress:          eg,
-		Limits:          runner.Limits{Total: cfg.Limits.RunTotalTimeout, TTFB: cfg.Limits.RunTTFBTimeout, Idle: cfg.Limits.RunIdleTimeout},
+		Limits:          runner.Limits{Total: cfg.Limits.RunTotalTimeout, TTFB: cfg.Limits.RunTTFBTimeout, Idle: cfg.Limits.RunIdleTimeout, ToolCall: cfg.Limits.ToolCallTimeout},
 		Caps:            runner.Caps{Output: cfg.Limits.MaxOutputBytes, Result: cfg.Limits.MaxResultBytes, TurnLog: cfg.Limits.MaxTurnLogBytes},
 		SecretRefusal:   refuse,
 		Tools:           tc,

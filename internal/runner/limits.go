@@ -12,12 +12,19 @@ import (
 )
 
 // Limits bound a turn (docs/contract.md, Run limits): its whole length, the wait for its
-// first event, and a silence between events. Zero disables one.
+// first event, a silence between events, and one tool call from its
+// announcement to its result. Zero disables one.
 type Limits struct {
-	Total time.Duration
-	TTFB  time.Duration
-	Idle  time.Duration
+	Total    time.Duration
+	TTFB     time.Duration
+	Idle     time.Duration
+	ToolCall time.Duration
 }
+
+// maxTimedToolCalls bounds the tool calls a turn times at once: a harness
+// that announces calls without end cannot grow the runner's memory. Calls
+// beyond it go untimed (the idle and total limits still hold).
+const maxTimedToolCalls = 1024
 
 // watchdog cancels a turn that breaks its limits, with a cause naming the
 // limit and its setting.
@@ -30,6 +37,7 @@ type watchdog struct {
 	timer   *time.Timer
 	started bool
 	stopped bool
+	tools   map[string]*time.Timer // open tool calls by id
 }
 
 // startWatchdog starts the turn's limits. endpoint, when known, is the
@@ -84,12 +92,46 @@ func (w *watchdog) touch() {
 	})
 }
 
+// toolCall times the tool call id from its first announcement; a later
+// announcement of the same call (its arguments grew) does not restart it.
+func (w *watchdog) toolCall(id, name string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped || w.limits.ToolCall <= 0 || id == "" || len(w.tools) >= maxTimedToolCalls {
+		return
+	}
+	if _, ok := w.tools[id]; ok {
+		return
+	}
+	if w.tools == nil {
+		w.tools = make(map[string]*time.Timer)
+	}
+	limit := w.limits.ToolCall
+	w.tools[id] = time.AfterFunc(limit, func() {
+		w.trip(fmt.Errorf("tool call %.64q (%.64q) ran longer than %s without a result (AGENTA_RUNNER_TOOL_CALL_TIMEOUT_MS)", id, name, limit))
+	})
+}
+
+// toolResult ends the timing of the tool call id.
+func (w *watchdog) toolResult(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if tm, ok := w.tools[id]; ok {
+		tm.Stop()
+		delete(w.tools, id)
+	}
+}
+
 func (w *watchdog) stop() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.stopped = true
 	if w.timer != nil {
 		w.timer.Stop()
+	}
+	for id, tm := range w.tools {
+		tm.Stop()
+		delete(w.tools, id)
 	}
 }
 

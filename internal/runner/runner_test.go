@@ -484,6 +484,9 @@ func TestRunLimits(t *testing.T) {
 		{"idle", runner.Limits{Idle: 150 * time.Millisecond}, "say hi\nsleep 1h", "AGENTA_RUNNER_RUN_IDLE_TIMEOUT_MS"},
 		{"total", runner.Limits{Total: 200 * time.Millisecond}, "say hi\nsleep 1h", "AGENTA_RUNNER_RUN_TOTAL_TIMEOUT_MS"},
 		{"ttfb", runner.Limits{TTFB: 150 * time.Millisecond}, "sleep 1h", "AGENTA_RUNNER_RUN_TTFB_TIMEOUT_MS"},
+		// A tool call that never ends trips its own limit, however chatty
+		// the harness stays.
+		{"tool call", runner.Limits{ToolCall: 150 * time.Millisecond}, "toolstart Bash\nsleep 1h", "AGENTA_RUNNER_TOOL_CALL_TIMEOUT_MS"},
 		// Trips while the sandbox and harness start: the error still names
 		// the limit, not the killed harness.
 		{"total during start", runner.Limits{Total: time.Millisecond}, "say hi", "AGENTA_RUNNER_RUN_TOTAL_TIMEOUT_MS"},
@@ -499,10 +502,15 @@ func TestRunLimits(t *testing.T) {
 	}
 	// Within the limits nothing trips.
 	e := newEnv(t, func(cfg *runner.Config) {
-		cfg.Limits = runner.Limits{Total: time.Minute, TTFB: time.Minute, Idle: time.Minute}
+		cfg.Limits = runner.Limits{Total: time.Minute, TTFB: time.Minute, Idle: time.Minute, ToolCall: time.Minute}
 	})
 	if res, err := e.svc.Run(t.Context(), req{messages: []string{"say fine"}}.wire(), nil); err != nil || !res.OK {
 		t.Fatalf("%+v %v", res, err)
+	}
+	// A tool call's limit ends at its result: the turn outlives it.
+	e = newEnv(t, func(cfg *runner.Config) { cfg.Limits = runner.Limits{ToolCall: 100 * time.Millisecond} })
+	if res, err := e.svc.Run(t.Context(), req{messages: []string{"tool Bash {} => ok\nsleep 300ms\nsay done"}}.wire(), nil); err != nil || !res.OK {
+		t.Fatalf("a finished tool call tripped its limit: %+v %v", res, err)
 	}
 }
 

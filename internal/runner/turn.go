@@ -122,6 +122,12 @@ func (t *turn) fromHarness(ev wire.Event) {
 	t.heard.Add(1)
 	if t.watch != nil {
 		t.watch.touch()
+		switch ev.Type {
+		case wire.EventToolCall:
+			t.watch.toolCall(ev.ID, ev.Name)
+		case wire.EventToolResult:
+			t.watch.toolResult(ev.ID)
+		}
 	}
 	t.meterEvent(ev)
 	t.plan.renders.hint(&ev)

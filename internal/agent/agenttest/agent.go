@@ -29,6 +29,7 @@ import (
 //	say <text>                     agent_message_chunk(s)
 //	think <text>                   agent_thought_chunk
 //	tool <title> <json-input> [=> <output>]   tool_call, then completed update
+//	toolstart <title>              a pending tool_call that never completes
 //	toolupdate <id> <title>        a tool_call_update with no prior tool_call
 //	permission <title> [kind]      session/request_permission; says the outcome
 //	sleep <duration>               waits; session/cancel interrupts it
@@ -48,7 +49,7 @@ import (
 //	flood <n> [bytes]              n message deltas of bytes each (default 1)
 //	mcp <server> <tool> <json>     calls a tool of a stdio MCP server from session/new
 //	stop <reason>                  ends the turn with this stopReason
-const Directives = "say think tool toolupdate permission sleep crash pid read write exec env connect connectunix http history images usage update flood mcp stop"
+const Directives = "say think tool toolstart toolupdate permission sleep crash pid read write exec env connect connectunix http history images usage update flood mcp stop"
 
 type fakeAgent struct {
 	conn  *jsonrpc.Conn
@@ -347,6 +348,9 @@ func (r *turn) do(verb, arg string) {
 		r.a.update(id, map[string]any{"sessionUpdate": "tool_call", "toolCallId": callID, "title": title, "kind": "execute", "status": "pending", "rawInput": json.RawMessage(input)})
 		r.a.update(id, map[string]any{"sessionUpdate": "tool_call_update", "toolCallId": callID, "status": "completed",
 			"content": []any{map[string]any{"type": "content", "content": text(strings.TrimSpace(output))}}})
+	case "toolstart": // a tool call announced and never finished
+		r.tools++
+		r.a.update(id, map[string]any{"sessionUpdate": "tool_call", "toolCallId": "call-" + strconv.Itoa(r.tools), "title": arg, "kind": "execute", "status": "pending", "rawInput": map[string]any{}})
 	case "toolupdate":
 		callID, title, _ := strings.Cut(arg, " ")
 		r.a.update(id, map[string]any{"sessionUpdate": "tool_call_update", "toolCallId": callID, "title": title, "status": "completed",
