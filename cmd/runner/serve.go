@@ -4,15 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"time"
 
 	"github.com/agentrunner/runner/internal/api"
+	"github.com/agentrunner/runner/internal/config"
 	"github.com/agentrunner/runner/internal/harness"
 	"github.com/agentrunner/runner/internal/jobs"
+	jobsriver "github.com/agentrunner/runner/internal/jobs/river"
 	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/metrics/prom"
+	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/sandbox/egress"
 )
 
@@ -47,50 +52,89 @@ func (c serveCommand) run(ctx context.Context, args []string) int {
 	}
 	defer lock.Close()
 
+	s := &server{cfg: cfg, environ: c.environ, log: log}
+	defer s.close()
+	if code, err := s.start(ctx); err != nil {
+		fmt.Fprintln(c.stderr, "runner:", err)
+		return code
+	}
+	return s.serve(ctx, c.stderr)
+}
+
+// server is `runner serve` once configured: the service and what runs
+// beside it (metrics, jobs, the store watch, the reaper), each stopped by
+// close in the reverse order of start.
+type server struct {
+	cfg     config.Config
+	environ []string
+	log     *slog.Logger
+	svc     *runner.Service
+	eg      *egress.Policy
+	queue   *jobsriver.Queue // nil without jobs
+	routes  []api.Route
+	reaper  *runner.Reaper
+	closers []func()
+}
+
+// start builds the service and starts what runs beside it. The exit code
+// goes with an error: 2 for a configuration the operator must fix, 1 for
+// a failure at run time.
+func (s *server) start(ctx context.Context) (int, error) {
 	m := prom.New()
-	eg, err := egress.New(cfg.Local.NetworkAllow)
+	eg, err := egress.New(s.cfg.Local.NetworkAllow)
 	if err != nil {
-		fmt.Fprintln(c.stderr, "runner:", err)
-		return 2
+		return 2, err
 	}
-	svc, closeStore, err := buildService(ctx, cfg, c.environ, log, m, eg)
+	s.eg = eg
+	svc, closeStore, err := buildService(ctx, s.cfg, s.environ, s.log, m, eg)
 	if err != nil {
-		fmt.Fprintln(c.stderr, "runner:", err)
-		return 1
+		return 1, err
 	}
-	defer closeStore()
+	s.svc = svc
+	s.onClose(closeStore)
 	m.Watch(svc)
-	routes, stopMetrics, err := metricsEndpoint(ctx, cfg, m, eg, log)
+	routes, stopMetrics, err := metricsEndpoint(ctx, s.cfg, m, eg, s.log)
 	if err != nil {
-		fmt.Fprintln(c.stderr, "runner:", err)
-		return 1
+		return 1, err
 	}
-	defer stopMetrics()
+	s.routes = routes
+	s.onClose(stopMetrics)
 	if _, err := svc.Recover(ctx); err != nil {
-		fmt.Fprintln(c.stderr, "runner: recover after restart:", err)
-		return 1
+		return 1, fmt.Errorf("recover after restart: %w", err)
 	}
-	queue, err := buildJobs(ctx, cfg, svc, log)
-	if err != nil {
-		fmt.Fprintln(c.stderr, "runner:", err)
-		return 1
-	}
-	var jobQueue jobs.Queue // a nil *river.Queue would be a non-nil interface
-	if queue != nil {
-		jobQueue = queue
+	if s.queue, err = buildJobs(ctx, s.cfg, svc, s.log); err != nil {
+		return 1, err
 	}
 	// Probes the store for /ready and writes the outcomes of turns whose
 	// commit failed (AGENTA_RUNNER_STORE_PROBE_INTERVAL_MS).
-	watch := svc.WatchStore(cfg.Store.ProbeInterval)
+	watch := svc.WatchStore(s.cfg.Store.ProbeInterval)
 	watch.Start()
-	defer watch.Stop()
+	s.onClose(watch.Stop)
 	// Deletes remote sandboxes no session owns (AGENTA_RUNNER_DAYTONA_REAP_INTERVAL_MS).
-	reaper := svc.Reaper(cfg.Daytona.ReapInterval)
-	reaper.Start()
-	defer reaper.Stop()
-	var limited *api.ConnLimiter // set before the server serves
+	s.reaper = svc.Reaper(s.cfg.Daytona.ReapInterval)
+	s.reaper.Start()
+	s.onClose(s.reaper.Stop)
+	return 0, nil
+}
+
+func (s *server) onClose(f func()) { s.closers = append(s.closers, f) }
+
+func (s *server) close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+}
+
+// handler is the HTTP API over the service; open reports the connections
+// the listener holds, for /health.
+func (s *server) handler(open func() int) http.Handler {
+	var jobQueue jobs.Queue // a nil *river.Queue would be a non-nil interface
+	if s.queue != nil {
+		jobQueue = s.queue
+	}
+	cfg, environ, svc := s.cfg, s.environ, s.svc
 	installed := &harness.StatusCache{Status: func() map[string]any { return harnessStatus(cfg) }, Now: time.Now}
-	h := api.New(api.Config{
+	return api.New(api.Config{
 		Token:             cfg.HTTP.Token,
 		ProjectTokens:     cfg.HTTP.ProjectTokens,
 		Version:           version,
@@ -100,65 +144,74 @@ func (c serveCommand) run(ctx context.Context, args []string) int {
 		PingInterval:      cfg.HTTP.PingInterval,
 		ReadTimeout:       cfg.HTTP.ReadTimeout,
 		Health: func() map[string]any {
-			return map[string]any{"harnesses": svc.Harnesses(), "harnessesInstalled": installed.Get(), "providers": svc.Providers(), "inFlight": svc.InFlight(), "warm": svc.Warm(), "connections": limited.Open()}
+			return map[string]any{"harnesses": svc.Harnesses(), "harnessesInstalled": installed.Get(), "providers": svc.Providers(), "inFlight": svc.InFlight(), "warm": svc.Warm(), "connections": open()}
 		},
-		SubscriptionStatus: func() map[string]any { return subscriptionStatus(cfg, c.environ) },
+		SubscriptionStatus: func() map[string]any { return subscriptionStatus(cfg, environ) },
 		Ready:              svc.Ready,
 		Jobs:               jobQueue,
-		Logger:             log,
-	}, svc, routes...)
+		Logger:             s.log,
+	}, svc, s.routes...)
+}
 
-	ln, err := listener(ctx, cfg, c.environ)
+// serve listens until ctx ends, then drains and stops.
+func (s *server) serve(ctx context.Context, stderr io.Writer) int {
+	ln, err := listener(ctx, s.cfg, s.environ)
 	if err != nil {
-		fmt.Fprintln(c.stderr, "runner:", err)
+		fmt.Fprintln(stderr, "runner:", err)
 		return 1
 	}
-	eg.AddOwn(ln.Addr()) // a model endpoint naming the runner's API is refused
+	s.eg.AddOwn(ln.Addr()) // a model endpoint naming the runner's API is refused
+	limited := api.LimitConns(ln, maxConnections(s.cfg))
+	h := s.handler(limited.Open)
 	// No server-wide ReadTimeout: it would cut a stream and a long upload;
 	// a request body's stall is bounded per read (api.Config.ReadTimeout).
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: cfg.HTTP.IdleTimeout}
-	limited = api.LimitConns(ln, maxConnections(cfg))
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: s.cfg.HTTP.IdleTimeout}
 	reserve := api.ReserveServer(limited, h)
 	reserved := make(chan struct{})
 	go func() { _ = reserve.Serve(limited.Reserve()); close(reserved) }()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(limited) }()
-	log.Info("runner listening", logkey.Addr, ln.Addr().String(), "version", version, "max_connections", maxConnections(cfg))
+	s.log.Info("runner listening", logkey.Addr, ln.Addr().String(), "version", version, "max_connections", maxConnections(s.cfg))
 
 	select {
 	case err := <-errc:
-		log.Error("server stopped", logkey.Error, err)
+		s.log.Error("server stopped", logkey.Error, err)
 		_ = reserve.Close()
 		<-reserved
 		return 1
 	case <-ctx.Done():
 	}
-	drain(ctx, cfg, svc, log)
-	reaper.Stop() // before the turns park their sandboxes
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.HTTP.ShutdownTimeout)
+	s.shutdown(ctx, srv, reserve)
+	<-reserved
+	s.log.Info("runner stopped")
+	return 0
+}
+
+// shutdown drains the turns, then stops accepting, cancels what is left
+// of the turns (their streams end with a result), parks the warm sessions,
+// and waits for handlers (srv's and the reserve's) to finish writing, all
+// within AGENTA_RUNNER_SHUTDOWN_TIMEOUT_MS of the drain's end.
+func (s *server) shutdown(ctx context.Context, srv, reserve *http.Server) {
+	drain(ctx, s.cfg, s.svc, s.log)
+	s.reaper.Stop() // before the turns park their sandboxes
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.HTTP.ShutdownTimeout)
 	defer cancel()
-	// Stop accepting, cancel what is left of the turns (their streams end
-	// with a result), park the warm sessions, then wait for handlers to
-	// finish writing.
 	go func() { _ = srv.Shutdown(sctx) }()
 	jobsStopped := make(chan struct{})
 	go func() {
 		defer close(jobsStopped)
-		if queue != nil {
+		if s.queue != nil {
 			// Fetches no more; its attempts end as the turns below stop,
 			// and run again after the restart.
-			_ = queue.Stop(sctx)
+			_ = s.queue.Stop(sctx)
 		}
 	}()
-	if err := svc.Shutdown(sctx); err != nil {
-		log.Warn("shutdown: turns still tearing down at the deadline", logkey.Error, err)
+	if err := s.svc.Shutdown(sctx); err != nil {
+		s.log.Warn("shutdown: turns still tearing down at the deadline", logkey.Error, err)
 	}
 	<-jobsStopped
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		log.Warn("shutdown", logkey.Error, err)
+		s.log.Warn("shutdown", logkey.Error, err)
 	}
 	_ = reserve.Shutdown(sctx)
-	<-reserved
-	log.Info("runner stopped")
-	return 0
 }
