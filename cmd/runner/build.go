@@ -58,41 +58,42 @@ func rateLimited(log *slog.Logger) (*slog.Logger, func()) {
 	return slog.New(h), h.Close
 }
 
-// buildService wires the implementations the configuration names. The
-// returned close function releases the store. obs receives the metrics
+// buildService wires the implementations the configuration names. It
+// returns the store too (serve's replica registry); the returned close
+// function releases it. obs receives the metrics
 // (nil: none); it also implements metrics.Platform and metrics.Checkpoints
 // when it is serve's.
 //
 // eg is the egress policy every dial for a sandbox follows (the allowlist
 // proxy, the key gateway's upstream) and requests are admitted by; serve
 // adds its listeners to it.
-func buildService(ctx context.Context, cfg config.Config, environ []string, log *slog.Logger, obs metrics.Observer, eg *egress.Policy) (*runner.Service, func(), error) {
+func buildService(ctx context.Context, cfg config.Config, environ []string, log *slog.Logger, obs metrics.Observer, eg *egress.Policy) (*runner.Service, store.Store, func(), error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, nil, fmt.Errorf("data dir %s: %w (set AGENTA_RUNNER_DATA_DIR to a writable directory)", cfg.DataDir, err)
+		return nil, nil, nil, fmt.Errorf("data dir %s: %w (set AGENTA_RUNNER_DATA_DIR to a writable directory)", cfg.DataDir, err)
 	}
 	if _, err := overrideBinds(cfg); err != nil { // override_linux.go: refused at boot
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	st, err := openStore(ctx, cfg)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	replica, err := replicaID(cfg)
 	if err != nil {
 		st.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	tc, stopTools, err := startTools(ctx, cfg, log)
 	if err != nil {
 		st.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var gw *gateway.Gateway
 	if cfg.KeyGateway {
 		if gw, err = gateway.New(log, eg); err != nil {
 			stopTools()
 			st.Close()
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	svc, err := newService(cfg, environ, log, st, replica, tc, gw, eg, obs)
@@ -102,9 +103,9 @@ func buildService(ctx context.Context, cfg config.Config, environ []string, log 
 			gw.Close()
 		}
 		st.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return svc, func() {
+	return svc, st, func() {
 		stopTools()
 		if gw != nil {
 			gw.Close()

@@ -283,7 +283,7 @@ func (c runCommand) localService(ctx context.Context, cfg config.Config, mode st
 	if cfg.ReplicaID, err = cliReplicaID(cfg); err != nil {
 		return nil, nil, err
 	}
-	svc, closeStore, err := buildService(ctx, cfg, c.environ, log, nil, eg)
+	svc, _, closeStore, err := buildService(ctx, cfg, c.environ, log, nil, eg)
 	if err != nil {
 		return nil, nil, err
 	}

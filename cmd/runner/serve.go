@@ -17,8 +17,10 @@ import (
 	jobsriver "github.com/agentrunner/runner/internal/jobs/river"
 	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/metrics/prom"
+	"github.com/agentrunner/runner/internal/peer"
 	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/sandbox/egress"
+	"github.com/agentrunner/runner/internal/store"
 )
 
 // serveCommand is `runner serve`: the HTTP service, configured from the
@@ -69,7 +71,12 @@ type server struct {
 	environ []string
 	log     *slog.Logger
 	svc     *runner.Service
+	st      store.Store
 	eg      *egress.Policy
+	// peers forwards to the replicas sharing the store, beat writes this
+	// one's registry row (peers.go); both nil with SQLite.
+	peers   *peer.Peers
+	beat    *peer.Heartbeat
 	queue   *jobsriver.Queue // nil without jobs
 	routes  []api.Route
 	reaper  *runner.Reaper
@@ -86,12 +93,15 @@ func (s *server) start(ctx context.Context) (int, error) {
 		return 2, err
 	}
 	s.eg = eg
-	svc, closeStore, err := buildService(ctx, s.cfg, s.environ, s.log, m, eg)
+	svc, st, closeStore, err := buildService(ctx, s.cfg, s.environ, s.log, m, eg)
 	if err != nil {
 		return 1, err
 	}
-	s.svc = svc
+	s.svc, s.st = svc, st
 	s.onClose(closeStore)
+	if s.peers = newPeers(s.cfg, st, svc.ReplicaID(), s.log); s.peers != nil {
+		s.onClose(s.peers.Close)
+	}
 	m.Watch(svc)
 	routes, stopMetrics, err := metricsEndpoint(ctx, s.cfg, m, eg, s.log)
 	if err != nil {
@@ -132,6 +142,10 @@ func (s *server) handler(open func() int) http.Handler {
 	if s.queue != nil {
 		jobQueue = s.queue
 	}
+	var forward api.Forwarder // likewise a nil *peer.Peers
+	if s.peers != nil {
+		forward = s.peers
+	}
 	cfg, environ, svc := s.cfg, s.environ, s.svc
 	installed := &harness.StatusCache{Status: func() map[string]any { return harnessStatus(cfg) }, Now: time.Now}
 	return api.New(api.Config{
@@ -149,6 +163,8 @@ func (s *server) handler(open func() int) http.Handler {
 		SubscriptionStatus: func() map[string]any { return subscriptionStatus(cfg, environ) },
 		Ready:              svc.Ready,
 		Jobs:               jobQueue,
+		Peers:              forward,
+		PeerToken:          cfg.Peers.Token,
 		Logger:             s.log,
 	}, svc, s.routes...)
 }
@@ -161,6 +177,11 @@ func (s *server) serve(ctx context.Context, stderr io.Writer) int {
 		return 1
 	}
 	s.eg.AddOwn(ln.Addr()) // a model endpoint naming the runner's API is refused
+	if s.beat, err = startHeartbeat(ctx, s.cfg, s.st, s.svc.ReplicaID(), ln, s.log); err != nil {
+		_ = ln.Close()
+		fmt.Fprintln(stderr, "runner:", err)
+		return 1
+	}
 	limited := api.LimitConns(ln, maxConnections(s.cfg))
 	h := s.handler(limited.Open)
 	// No server-wide ReadTimeout: it would cut a stream and a long upload;
@@ -192,7 +213,7 @@ func (s *server) serve(ctx context.Context, stderr io.Writer) int {
 // and waits for handlers (srv's and the reserve's) to finish writing, all
 // within AGENTA_RUNNER_SHUTDOWN_TIMEOUT_MS of the drain's end.
 func (s *server) shutdown(ctx context.Context, srv, reserve *http.Server) {
-	drain(ctx, s.cfg, s.svc, s.log)
+	drain(ctx, s.cfg, s.svc, s.beat, s.log)
 	s.reaper.Stop() // before the turns park their sandboxes
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.HTTP.ShutdownTimeout)
 	defer cancel()
@@ -214,4 +235,10 @@ func (s *server) shutdown(ctx context.Context, srv, reserve *http.Server) {
 		s.log.Warn("shutdown", logkey.Error, err)
 	}
 	_ = reserve.Shutdown(sctx)
+	if s.beat != nil {
+		// Gone from the registry: the others take its sessions at once.
+		if err := s.beat.Stop(sctx); err != nil {
+			s.log.Warn("remove this replica's row from the replica registry", logkey.Error, err)
+		}
+	}
 }

@@ -54,8 +54,13 @@ type Config struct {
 	// SubscriptionStatus returns the /subscription-status harness map.
 	SubscriptionStatus func() map[string]any
 	// Jobs serves /v1/jobs (nil: no such routes).
-	Jobs   jobs.Queue
-	Logger *slog.Logger
+	Jobs jobs.Queue
+	// Peers forwards requests for sessions other replicas hold (nil: one
+	// replica; such a turn is refused with 409). PeerToken is what a
+	// forwarded request must carry (forward.go).
+	Peers     Forwarder
+	PeerToken string
+	Logger    *slog.Logger
 }
 
 // Handler serves the runner's routes.
@@ -173,6 +178,10 @@ func (h *Handler) authProject(next http.Handler) http.Handler {
 
 func (h *Handler) authWith(next http.Handler, projects bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h.checkPeer(r); err != nil {
+			WriteErr(w, err)
+			return
+		}
 		c, ok := h.authenticate(r)
 		if !ok {
 			WriteError(w, http.StatusUnauthorized, "Unauthorized: send the runner token as 'Authorization: Bearer <token>' or 'X-Agenta-Runner-Token: <token>'")
@@ -273,6 +282,16 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request) {
 	} else {
 		n = h.runner.Kill(ctx, sid, pid)
 	}
+	if n == 0 {
+		// Nothing here: the session's turn or warm harness may be another
+		// replica's (a turn that named no project is leased bare).
+		if h.routed(w, r, body, store.SessionKey{ProjectID: pid, SessionID: sid}) {
+			return
+		}
+		if !c.scoped && h.routed(w, r, body, store.SessionKey{SessionID: sid}) {
+			return
+		}
+	}
 	h.log.Info("kill", logkey.Session, sid, logkey.Project, pid, "turns", n)
 	WriteJSON(w, http.StatusOK, map[string]any{"ok": true, "killed": n})
 }
@@ -309,8 +328,26 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request) {
 	}
 	turn, err := h.runner.Start(r.Context(), req)
 	if err != nil {
-		refuse(w, r, err)
-		return
+		// Another replica's session: forwarded there, or taken over.
+		var served bool
+		turn, served, err = h.elsewhere(w, r, body, err, func() (*runner.Turn, error) {
+			req, err := h.history.Decode(body)
+			if err != nil {
+				return nil, err
+			}
+			if err := callerOf(r).scopeRequest(req); err != nil {
+				return nil, err
+			}
+			return h.runner.Start(r.Context(), req)
+		})
+		if served {
+			return
+		}
+		if err != nil {
+			h.handoffDraining(w, r, err)
+			refuse(w, r, err)
+			return
+		}
 	}
 	h.runTurn(w, r, turn)
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/wire"
 )
 
@@ -53,6 +54,11 @@ func (h *Handler) deleteSession(w http.ResponseWriter, r *http.Request) {
 		WriteErr(w, err)
 		return
 	}
+	// The holder closes its warm harness; a holder that is gone was taken
+	// over, and the session is deleted here.
+	if h.routed(w, r, nil, k) {
+		return
+	}
 	if err := h.runner.DeleteSession(r.Context(), k); err != nil {
 		WriteErr(w, err)
 		return
@@ -82,6 +88,10 @@ func (h *Handler) sessionEvents(w http.ResponseWriter, r *http.Request) {
 	// Check the session before committing to a 200 stream.
 	if _, err := h.runner.GetSession(r.Context(), k); err != nil {
 		WriteErr(w, err)
+		return
+	}
+	// Live events are published by the replica running the turns.
+	if follow && h.routed(w, r, nil, k) {
 		return
 	}
 	out := startNDJSON(w)
@@ -127,8 +137,19 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request) {
 	}
 	turn, err := h.runner.Decide(r.Context(), k, r.PathValue("iid"), *d.Approved)
 	if err != nil {
-		WriteErr(w, err)
-		return
+		// The paused harness is another replica's: answered there.
+		var served bool
+		turn, served, err = h.elsewhere(w, r, body, err, func() (*runner.Turn, error) {
+			return h.runner.Decide(r.Context(), k, r.PathValue("iid"), *d.Approved)
+		})
+		if served {
+			return
+		}
+		if err != nil {
+			h.handoffDraining(w, r, err)
+			WriteErr(w, err)
+			return
+		}
 	}
 	h.runTurn(w, r, turn)
 }

@@ -44,6 +44,7 @@ type Config struct {
 	Sessions  Sessions
 	Local     Local
 	Store     Store
+	Peers     Peers
 	Workspace Workspace
 	Tools     Tools
 	// Platform is the Agenta platform mirror (platform.go).

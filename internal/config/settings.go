@@ -50,6 +50,7 @@ const (
 	cSessions  Component = "Sessions"
 	cLocal     Component = "Local sandboxes"
 	cStore     Component = "Store"
+	cReplicas  Component = "Replicas"
 	cWorkspace Component = "Workspaces"
 	cTools     Component = "Tools"
 	cPlatform  Component = "Platform"
@@ -61,7 +62,7 @@ const (
 )
 
 // Components lists the components in documentation order.
-var Components = []Component{cService, cHTTP, cLimits, cSessions, cLocal, cStore, cWorkspace, cTools, cPlatform, cDaytona, cKube, cJobs, cCLI, cInternal}
+var Components = []Component{cService, cHTTP, cLimits, cSessions, cLocal, cStore, cReplicas, cWorkspace, cTools, cPlatform, cDaytona, cKube, cJobs, cCLI, cInternal}
 
 // Type is a setting's kind of value.
 type Type string
@@ -119,6 +120,10 @@ var settings = []Setting{
 	{Name: "AGENTA_RUNNER_LOCAL_DISK_MB", Component: cLocal, Type: tInt, Unit: "MiB", Default: "4096", Doc: "disk quota per local sandbox (workspace, `$HOME`, `/tmp`; a loop-mounted image; needs root) (`0`: none)", load: limitOf(16, func(c *Config) *int { return &c.Local.DiskMB })},
 	{Name: "AGENTA_RUNNER_DISK_RESERVE_MB", Component: cLocal, Type: tInt, Unit: "MiB", Default: "512", Doc: "free space of the data dir's filesystem that the sandboxes' disks together may never take; a sandbox that could is refused (`0`: none)", load: intIn(0, 1<<30, func(c *Config) *int { return &c.Local.DiskReserveMB })},
 	{Name: "AGENTA_RUNNER_DATABASE_URL", Component: cStore, Type: tURL, DefaultDoc: "— (SQLite in the data dir)", Doc: "PostgreSQL URL for several replicas", Main: true, load: text(func(c *Config) *string { return &c.Store.DatabaseURL })},
+	{Name: "AGENTA_RUNNER_ADVERTISE_URL", Component: cReplicas, Type: tURL, DefaultDoc: "`http://<listen address>:<port>`, the host name when listening on every address", Doc: "where the other replicas on the same PostgreSQL reach this one: a request for a session this replica holds is forwarded here (the Helm chart sets the pod's stable DNS name)", Main: true, load: loadAdvertiseURL},
+	{Name: "AGENTA_RUNNER_PEER_TOKEN", Component: cReplicas, Type: tString, DefaultDoc: "`AGENTA_RUNNER_TOKEN`", Doc: "what a replica presents when it forwards a request to another, and requires of a forwarded one; the same on every replica, at least 16 characters", load: loadPeerToken},
+	{Name: "AGENTA_RUNNER_PEER_CIDRS", Component: cReplicas, Type: tList, DefaultDoc: "— (the same host only)", Doc: "networks a peer's advertised address may lie in, `,`-separated CIDRs (e.g. the cluster's pod range); an address read from the store outside them (and not this host's) is refused when dialled", load: loadPeerCIDRs},
+	{Name: "AGENTA_RUNNER_HEARTBEAT_MS", Component: cReplicas, Type: tDuration, Default: "2000", Doc: "how often a replica writes its row in the replica registry; a replica silent for three of these is presumed dead when it does not answer", load: millis(func(c *Config) *time.Duration { return &c.Peers.Heartbeat })},
 	{Name: "AGENTA_RUNNER_STORE_URL", Component: cWorkspace, Type: tURL, DefaultDoc: "— (`<data dir>/workspaces`)", Doc: "durable workspace store: `off`, an absolute path or `file:///dir`, or `s3://KEY:SECRET@host:port/bucket/prefix?region=…&insecure=1&sts=1&duration=<s>` (see [turns.md](turns.md#durable-workspaces))", Main: true, load: text(func(c *Config) *string { return &c.Workspace.StoreURL })},
 	{Name: "AGENTA_RUNNER_WORKSPACE_CHECKPOINT_MS", Component: cWorkspace, Type: tDuration, Default: "30000", Doc: "how often a running turn checkpoints its durable files", load: millis(func(c *Config) *time.Duration { return &c.Workspace.CheckpointEvery })},
 	{Name: "AGENTA_RUNNER_PLATFORM_MOUNTS", Component: cWorkspace, Type: tBool, Default: "off", Doc: "`on`: a request carrying the Agenta run credential gets its workspace and agent folder signed by the platform (`POST /sessions/mounts/sign`, `/mounts/agents/sign`), with that request's credential; a platform without storage falls back to `AGENTA_RUNNER_STORE_URL`", load: flag(func(c *Config) *bool { return &c.Workspace.PlatformMounts })},

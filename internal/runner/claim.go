@@ -39,7 +39,7 @@ func (s *Service) claim(ctx context.Context, t *turn) error {
 		s.unclaim(t)
 		var le *store.LeaseError
 		if errors.As(err, &le) {
-			return errdefs.With(errdefs.ErrConflict, fmt.Errorf("session %s is running on replica %s until %s; retry after that or send the turn to that replica", t.key, le.Owner, le.Expires.UTC().Format(time.RFC3339)))
+			return le // the API forwards the turn to the holder (peers.go)
 		}
 		return s.storeFailed("did not lease session "+t.key.String(), err)
 	}
