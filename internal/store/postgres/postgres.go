@@ -35,6 +35,10 @@ const (
 	DefaultStatementTimeout = 10 * time.Second
 )
 
+// migrateTimeout bounds bringing the schema up to date at Open, a
+// server that stopped answering included.
+const migrateTimeout = 2 * time.Minute
+
 // Options bound the store's calls; zero fields take the defaults.
 type Options struct {
 	// ConnectTimeout bounds opening one connection (unless the URL sets
@@ -75,7 +79,9 @@ func Open(ctx context.Context, url string, opts ...Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	if err := migrate(ctx, pool, migrations); err != nil {
+	mctx, cancel := context.WithTimeoutCause(ctx, migrateTimeout, errors.New("the schema migration did not finish within "+migrateTimeout.String()))
+	defer cancel()
+	if err := migrate(mctx, pool, migrations); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: %w", err)
 	}

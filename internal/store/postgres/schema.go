@@ -158,6 +158,12 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, migs []string) error {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	defer tx.Rollback(ctx)
+	// Migrations are not store calls: the statement timeout (a second,
+	// say) bounds a turn's writes, and the schema's DDL on a busy server
+	// takes longer. The caller's context bounds them instead.
+	if _, err := tx.Exec(ctx, `SET LOCAL statement_timeout = 0`); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(8765, hashtext(coalesce(current_schema(), '')))`); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
