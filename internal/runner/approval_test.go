@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/wire"
 )
 
@@ -130,12 +131,18 @@ func TestApproveViaV1(t *testing.T) {
 	}
 }
 
-func TestApproveAfterTheTTLResumesCold(t *testing.T) {
-	e := newEnv(t)
+// TestApproveAfterTheParkExpiredResumesCold: the warm park of a paused
+// turn ends (its pool's approval TTL, shorter here than the service's),
+// and the answer, still within the approval's TTL, resumes the turn on a
+// new harness with the decision replayed.
+func TestApproveAfterTheParkExpiredResumesCold(t *testing.T) {
+	e := newEnv(t, func(c *runner.Config) {
+		c.Pools = map[string]runner.PoolConfig{"local": {Enabled: true, Max: 8, IdleTTL: time.Minute, ApprovalTTL: 5 * time.Minute}}
+	})
 	first, iid, _ := paused(t, e, "s")
-	e.clock.Advance(9 * time.Minute)
+	e.clock.Advance(4 * time.Minute)
 	if e.svc.Warm() != 1 {
-		t.Fatal("approval park expired before its 10 minute TTL")
+		t.Fatal("approval park expired before its 5 minute TTL")
 	}
 	e.clock.Advance(2 * time.Minute)
 	waitFor(t, func() bool { return e.svc.Warm() == 0 })
@@ -153,6 +160,33 @@ func TestApproveAfterTheTTLResumesCold(t *testing.T) {
 	}
 	if m := pidRE.FindStringSubmatch(res.Output); m == nil || m[1] == first.pid {
 		t.Errorf("cold resume ran on pid %v, first on %s", m, first.pid)
+	}
+}
+
+// TestApproveAfterTheTTLIsRefused: the approval's TTL runs on the
+// service's clock. An answer after it is refused, naming the interaction,
+// its expiry and the setting; one just before it is taken.
+func TestApproveAfterTheTTLIsRefused(t *testing.T) {
+	e := newEnv(t)
+	_, late, _ := paused(t, e, "late")
+	e.clock.Advance(9 * time.Minute)
+	_, early, _ := paused(t, e, "early")
+	e.clock.Advance(2 * time.Minute) // late: 11 min, early: 2
+	_, err := e.svc.Decide(t.Context(), sk("late"), late, true)
+	if !errors.Is(err, errdefs.ErrUnprocessable) {
+		t.Fatalf("answer 11 minutes into a 10 minute TTL: %v, want ErrUnprocessable", err)
+	}
+	for _, want := range []string{late, "expired", "AGENTA_RUNNER_SESSION_APPROVAL_TTL_MS"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal %q does not name %q", err, want)
+		}
+	}
+	turn, err := e.svc.Decide(t.Context(), sk("early"), early, true)
+	if err != nil {
+		t.Fatalf("answer 2 minutes into a 10 minute TTL: %v", err)
+	}
+	if res, err := turn.Run(t.Context(), nil); err != nil || !strings.Contains(res.Output, "permission selected:yes-once") {
+		t.Fatalf("%q %v", res.Output, err)
 	}
 }
 

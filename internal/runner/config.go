@@ -46,7 +46,8 @@ type Config struct {
 	// LeaseTTL is how long a running turn's session lease lasts between
 	// renewals (renewed at a third of it).
 	LeaseTTL time.Duration
-	// PoolClock drives warm-session timers; nil is the real clock.
+	// PoolClock drives warm-session timers and approvals' TTL; nil is
+	// the real clock.
 	PoolClock pool.Clock
 	// Pools overrides, per provider, whether and how long sessions stay
 	// warm; a provider without an entry uses KeepAlive, PoolMax,

@@ -126,7 +126,7 @@ func (s *Service) rememberPause(ctx context.Context, log *slog.Logger, k store.S
 	}
 	if !durable {
 		s.mu.Lock()
-		s.paused[k] = pausedTurn{req: p.req, whole: true, at: time.Now()}
+		s.paused[k] = pausedTurn{req: p.req, whole: true, at: s.now()}
 		s.mu.Unlock()
 		return
 	}
@@ -139,7 +139,7 @@ func (s *Service) rememberPause(ctx context.Context, log *slog.Logger, k store.S
 		err = fmt.Errorf("the request is %d bytes, more than the %d a resume record keeps", len(b), maxResumeBytes)
 	}
 	if err == nil {
-		err = rs.PutResume(ctx, store.Resume{ProjectID: k.ProjectID, SessionID: k.SessionID, Request: b, Secrets: secrets != nil, CreatedAt: time.Now()})
+		err = rs.PutResume(ctx, store.Resume{ProjectID: k.ProjectID, SessionID: k.SessionID, Request: b, Secrets: secrets != nil, CreatedAt: s.now()})
 	}
 	if err != nil {
 		// The pause holds while this runner does (it keeps the whole
@@ -147,7 +147,7 @@ func (s *Service) rememberPause(ctx context.Context, log *slog.Logger, k store.S
 		// (Decide says so).
 		log.Warn("paused turn not resumable after a restart", logkey.Error, err)
 		s.mu.Lock()
-		s.paused[k] = pausedTurn{req: p.req, whole: true, at: time.Now()}
+		s.paused[k] = pausedTurn{req: p.req, whole: true, at: s.now()}
 		s.mu.Unlock()
 		if derr := rs.DeleteResume(ctx, k); derr != nil {
 			log.Warn("resume record not deleted", logkey.Error, derr)
@@ -266,8 +266,17 @@ func mergeSecrets(bare, secrets *wire.Request) {
 // expired is the refusal of an answer to an approval that paused at
 // since and has waited longer than the approval TTL, or nil.
 func (s *Service) expired(g *gate, since time.Time) error {
-	if ttl, waited := s.cfg.ApprovalTTL, time.Since(since); waited > ttl {
+	if ttl, waited := s.cfg.ApprovalTTL, s.now().Sub(since); waited > ttl {
 		return errdefs.With(errdefs.ErrUnprocessable, fmt.Errorf("interaction %s expired: it waited %s, longer than AGENTA_RUNNER_SESSION_APPROVAL_TTL_MS (%s); send a new message to start the turn again", g.InteractionID, waited.Round(time.Second), ttl))
 	}
 	return nil
+}
+
+// now is the time on Config.PoolClock, the real clock without one: an
+// approval's TTL runs on the clock of its warm park, so a test moves both.
+func (s *Service) now() time.Time {
+	if s.cfg.PoolClock != nil {
+		return s.cfg.PoolClock.Now()
+	}
+	return time.Now()
 }
