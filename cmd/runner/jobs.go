@@ -34,7 +34,7 @@ func buildJobs(ctx context.Context, cfg config.Config, svc *runner.Service, log 
 	jc := river.Config{Replica: replica, Concurrency: cfg.Jobs.Concurrency, ProjectConcurrency: cfg.Jobs.ProjectConcurrency,
 		MaxAttempts: cfg.Jobs.MaxAttempts, RetryBase: cfg.Jobs.RetryBase, Tick: cfg.Jobs.Tick, Poll: cfg.Jobs.Poll,
 		ApprovalTTL: cfg.Sessions.ApprovalTTL, RescueAfter: cfg.Jobs.RescueAfter, SealKey: cfg.Jobs.SealKey, WebhookAllowlist: cfg.Tools.MCPHostAllowlist,
-		WebhookSecrets: secrets, Logger: log.With("component", "jobs")}
+		WebhookSecrets: secrets, Logger: log.With("component", "jobs"), ConnectTimeout: cfg.Store.ConnectTimeout}
 	var q *river.Queue
 	if cfg.Store.DatabaseURL != "" {
 		q, err = river.OpenPostgres(ctx, cfg.Store.DatabaseURL, jc, svc)

@@ -224,7 +224,9 @@ func (s *server) shutdown(ctx context.Context, srv, reserve *http.Server) {
 		if s.queue != nil {
 			// Fetches no more; its attempts end as the turns below stop,
 			// and run again after the restart.
-			_ = s.queue.Stop(sctx)
+			if err := s.queue.Stop(sctx); err != nil {
+				s.log.Warn("shutdown", logkey.Error, err)
+			}
 		}
 	}()
 	if err := s.svc.Shutdown(sctx); err != nil {

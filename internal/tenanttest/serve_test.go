@@ -151,8 +151,10 @@ func (r *runner) stop(t testing.TB) {
 		return
 	}
 	_ = r.cmd.Process.Signal(os.Interrupt)
+	sent := time.Now()
 	select {
 	case <-r.done:
+		t.Logf("runner serve exited %s after SIGINT", time.Since(sent).Round(time.Millisecond))
 	case <-time.After(30 * time.Second):
 		_ = r.cmd.Process.Kill()
 		<-r.done

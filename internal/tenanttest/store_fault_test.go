@@ -5,14 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -296,143 +293,18 @@ func TestFaultSQLiteImmutable(t *testing.T) {
 	r.wantRecovered(t, "immutable")
 }
 
-// pgProxy forwards TCP connections to PostgreSQL on loopback, and breaks
-// them on demand: resetNext resets the connection that next carries a
-// message to the server; stall stops forwarding on every connection,
-// open or new, keeping them open.
-type pgProxy struct {
-	ln      net.Listener
-	target  string
-	closing chan struct{}
-	wg      sync.WaitGroup
-
-	// mu guards the following.
-	mu      sync.Mutex
-	reset   bool
-	stalled chan struct{} // closed by stall
-	conns   map[net.Conn]struct{}
-}
-
-func newPGProxy(t *testing.T, target string) *pgProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &pgProxy{ln: ln, target: target, closing: make(chan struct{}), stalled: make(chan struct{}), conns: map[net.Conn]struct{}{}}
-	p.wg.Add(1)
-	go p.serve()
-	t.Cleanup(p.close)
-	return p
-}
-
-func (p *pgProxy) serve() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go p.pipe(c, s, true)
-		go p.pipe(s, c, false)
-	}
-}
-
-// pipe copies src to dst until either closes, minding reset (on the way
-// to the server) and stall.
-func (p *pgProxy) pipe(src, dst net.Conn, toServer bool) {
-	defer p.wg.Done()
-	defer src.Close()
-	defer dst.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		reset := toServer && p.reset
-		p.reset = p.reset && !reset
-		stalled := p.stalled
-		p.mu.Unlock()
-		if reset {
-			for _, c := range []net.Conn{src, dst} {
-				_ = c.(*net.TCPConn).SetLinger(0) // close with RST
-			}
-			return
-		}
-		select {
-		case <-stalled:
-			<-p.closing // kept open, never forwarded
-			return
-		default:
-		}
-		if _, err := dst.Write(buf[:n]); err != nil {
-			return
-		}
-	}
-}
-
-func (p *pgProxy) resetNext() {
-	p.mu.Lock()
-	p.reset = true
-	p.mu.Unlock()
-}
-
-func (p *pgProxy) stall() {
-	p.mu.Lock()
-	close(p.stalled)
-	p.mu.Unlock()
-}
-
-func (p *pgProxy) close() {
-	close(p.closing)
-	p.ln.Close()
-	p.mu.Lock()
-	for c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
-}
-
-// proxiedSchema is a fresh PostgreSQL schema of the test's own, reached
-// through a pgProxy.
-func proxiedSchema(t *testing.T) (*pgProxy, string) {
-	t.Helper()
-	dsn := storetest.PostgresSchema(t)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatalf("RUNNER_TEST_POSTGRES_URL must be a postgres:// URL here: %v", err)
-	}
-	host := u.Host
-	if u.Port() == "" {
-		host = net.JoinHostPort(u.Hostname(), "5432")
-	}
-	p := newPGProxy(t, host)
-	u.Host = p.ln.Addr().String()
-	return p, u.String()
-}
-
 // TestFaultPostgresReset: the connection to PostgreSQL is reset under
 // the turn's commit. The turn must end ok:false naming the store and the
 // error, not ok:true with its events lost, and the ledger must then hold
 // its outcome.
 func TestFaultPostgresReset(t *testing.T) {
 	needBwrap(t)
-	proxy, dsn := proxiedSchema(t)
+	proxy, dsn := storetest.ProxiedSchema(t)
 	// No periodic probe: the reset goes to the turn's commit.
-	r := start(t, "AGENTA_RUNNER_DATABASE_URL="+dsn, "AGENTA_RUNNER_STORE_URL=off", "AGENTA_RUNNER_STORE_PROBE_INTERVAL_MS=600000")
-	errc := midTurn(r.DataDir, func() error { proxy.resetNext(); return nil })
+	// No job queue either: River's polls would take the reset.
+	r := start(t, "AGENTA_RUNNER_DATABASE_URL="+dsn, "AGENTA_RUNNER_STORE_URL=off", "AGENTA_RUNNER_STORE_PROBE_INTERVAL_MS=600000",
+		"AGENTA_RUNNER_JOBS=off")
+	errc := midTurn(r.DataDir, func() error { proxy.ResetNext(); return nil })
 	tr := r.stream(t, fake(pausedTurn(200), map[string]any{"sessionId": "reset"}))
 	if err := <-errc; err != nil {
 		t.Fatal(err)
@@ -446,10 +318,15 @@ func TestFaultPostgresReset(t *testing.T) {
 // (1 s here) with an error saying so, and /ready must be 503.
 func TestFaultPostgresStalled(t *testing.T) {
 	needBwrap(t)
-	proxy, dsn := proxiedSchema(t)
+	proxy, dsn := storetest.ProxiedSchema(t)
+	// The stop after the test bounds each half of the shutdown (drain,
+	// then the teardown) by 5 s, well inside stop's 30 s with the store
+	// still stalled: the job queue must not wait for River's own
+	// deadlines (its resignation, its completer's retries).
 	r := start(t, "AGENTA_RUNNER_DATABASE_URL="+dsn, "AGENTA_RUNNER_STORE_URL=off",
-		"AGENTA_RUNNER_DATABASE_STATEMENT_TIMEOUT_MS=1000", "AGENTA_RUNNER_DATABASE_CONNECT_TIMEOUT_MS=1000")
-	errc := midTurn(r.DataDir, func() error { proxy.stall(); return nil })
+		"AGENTA_RUNNER_DATABASE_STATEMENT_TIMEOUT_MS=1000", "AGENTA_RUNNER_DATABASE_CONNECT_TIMEOUT_MS=1000",
+		"AGENTA_RUNNER_SHUTDOWN_TIMEOUT_MS=5000")
+	errc := midTurn(r.DataDir, func() error { proxy.Stall(); return nil })
 	tr := r.stream(t, fake(pausedTurn(200), map[string]any{"sessionId": "stalled"}))
 	if err := <-errc; err != nil {
 		t.Fatal(err)

@@ -77,6 +77,10 @@ type Config struct {
 	WebhookClient *http.Client
 	Logger        *slog.Logger
 	Now           func() time.Time
+	// ConnectTimeout bounds opening one PostgreSQL connection (the
+	// runner's AGENTA_RUNNER_DATABASE_CONNECT_TIMEOUT_MS; 5 s) unless the
+	// URL sets connect_timeout.
+	ConnectTimeout time.Duration
 }
 
 func (c *Config) defaults() {
@@ -113,6 +117,9 @@ func (c *Config) defaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.ConnectTimeout <= 0 {
+		c.ConnectTimeout = 5 * time.Second
+	}
 	if c.WebhookClient == nil {
 		c.WebhookClient = webhookClient(c.WebhookAllowlist)
 	}
@@ -125,6 +132,7 @@ type engine interface {
 	JobCancel(ctx context.Context, id int64) (*rivertype.JobRow, error)
 	Start(ctx context.Context) error
 	Stop(ctx context.Context) error
+	Stopped() <-chan struct{}
 }
 
 // Queue is jobs.Queue on River.
@@ -168,7 +176,17 @@ func OpenSQLite(ctx context.Context, path string, cfg Config, turns Turns) (*Que
 // OpenPostgres opens the queue on the runner's PostgreSQL (url), shared
 // by every replica.
 func OpenPostgres(ctx context.Context, url string, cfg Config, turns Turns) (*Queue, error) {
-	pool, err := pgxpool.New(ctx, url)
+	cfg.defaults()
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("jobs database: %w", err)
+	}
+	if pc.ConnConfig.ConnectTimeout == 0 {
+		// A server that accepts and then says nothing holds a dial
+		// forever otherwise; River redials after every error.
+		pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("jobs database: %w", err)
 	}
@@ -257,22 +275,22 @@ func (q *Queue) Start(ctx context.Context) error { return q.river.Start(ctx) }
 // Stop stops fetching and waits, bounded by ctx, for the running
 // attempts (stop the runner's turns beside it: an attempt whose turn the
 // runner stopped is run again later), then closes the database.
+//
+// The database is closed only once River has stopped: closing a pool
+// waits for every connection to come back, and with a stalled PostgreSQL
+// River's own services hold theirs past any shutdown timeout (its
+// leader's resignation and its completer retry under deadlines of their
+// own, some 40 s together). A Stop that runs out of ctx returns an error
+// and leaves the database open; a later Stop may finish the job, else
+// the process's exit closes it.
 func (q *Queue) Stop(ctx context.Context) error {
-	err := q.river.Stop(ctx)
+	if err := q.river.Stop(ctx); err != nil {
+		return fmt.Errorf("jobs: River did not stop in time, so its database was left open (a stalled PostgreSQL?): %w", err)
+	}
 	if q.closeDB == nil {
-		return err
+		return nil
 	}
-	// Closing a pool waits for every connection to come back; with a
-	// stalled PostgreSQL, River's queries never return one, so the close
-	// is bounded by ctx like the stop (the process is exiting then).
-	closed := make(chan error, 1)
-	go func() { closed <- q.closeDB() }()
-	select {
-	case cerr := <-closed:
-		return errors.Join(err, cerr)
-	case <-ctx.Done():
-		return errors.Join(err, fmt.Errorf("close the jobs database: %w", context.Cause(ctx)))
-	}
+	return q.closeDB()
 }
 
 // warnOnly passes River's warnings and errors on: at info it logs its
