@@ -42,6 +42,15 @@ type Session interface {
 	Close(ctx context.Context) error
 }
 
+// Rebinder is a Session whose model and mode can be changed after it
+// opened: how a session started before its tenant was known (a
+// pre-warmed slot) is bound to the tenant's choice. Each call blocks
+// until the harness answered; an error leaves the session as it was.
+type Rebinder interface {
+	SetModel(ctx context.Context, model string) error
+	SetMode(ctx context.Context, mode string) error
+}
+
 // Sink receives a turn's events as they happen.
 type Sink func(wire.Event)
 

@@ -47,10 +47,12 @@ type Gateway struct {
 	// proxy: the address checked must be the endpoint's).
 	upstream http.RoundTripper
 
-	// mu guards routes.
+	// mu guards routes and reserved.
 	mu     sync.Mutex
 	routes map[string]*route
-	done   chan struct{}
+	// reserved are the tokens of reservations not yet bound or released.
+	reserved map[string]bool
+	done     chan struct{}
 }
 
 type route struct {
@@ -88,7 +90,7 @@ func New(logger *slog.Logger, policy *egress.Policy) (*Gateway, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil
 	tr.DialContext = policy.Dialer(30 * time.Second).DialContext
-	g := &Gateway{ln: ln, log: logger, upstream: tr, routes: map[string]*route{}, done: make(chan struct{})}
+	g := &Gateway{ln: ln, log: logger, upstream: tr, routes: map[string]*route{}, reserved: map[string]bool{}, done: make(chan struct{})}
 	// No read or write timeouts: a model's answer streams for minutes.
 	g.srv = &http.Server{Handler: g, ReadHeaderTimeout: 30 * time.Second}
 	go func() {
@@ -141,12 +143,96 @@ type Spec struct {
 // Register routes requests to spec.BaseURL, replacing placeholders for
 // keys where each is bound.
 func (g *Gateway) Register(spec Spec) (Route, error) {
-	u, err := url.Parse(spec.BaseURL)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return Route{}, fmt.Errorf("key gateway: endpoint %q is not an http(s) URL", spec.BaseURL)
+	rt, out, err := g.route(spec, func(string) string { return random("runner-key-", 16) })
+	if err != nil {
+		return Route{}, err
 	}
 	token := random("", 16)
-	rt := &route{target: &url.URL{Scheme: u.Scheme, Host: u.Host}, log: spec.Log}
+	g.mu.Lock()
+	g.routes[token] = rt
+	g.mu.Unlock()
+	out.BaseURL = "http://" + g.Addr() + "/g/" + token + rt.target.Path
+	rt.target.Path = ""
+	out.release = g.releaser(token)
+	return out, nil
+}
+
+func (g *Gateway) releaser(token string) func() {
+	return func() {
+		g.mu.Lock()
+		delete(g.routes, token)
+		delete(g.reserved, token)
+		g.mu.Unlock()
+	}
+}
+
+// Reservation is a route handed out before its endpoint and key are
+// known: a base URL and a placeholder for a harness started ahead of its
+// tenant (a pre-warmed slot). Until Bind, every request through it is
+// refused, as through a released route: the placeholder reaches nothing.
+type Reservation struct {
+	BaseURL     string // http://<gateway>/g/<token>: the bound route's, less the endpoint's path
+	Placeholder string
+	g           *Gateway
+	token       string
+}
+
+// Reserve holds a route for a later Bind.
+func (g *Gateway) Reserve() Reservation {
+	r := Reservation{Placeholder: random("runner-key-", 16), g: g, token: random("", 16)}
+	r.BaseURL = "http://" + g.Addr() + "/g/" + r.token
+	g.mu.Lock()
+	g.reserved[r.token] = true
+	g.mu.Unlock()
+	return r
+}
+
+// Bind routes the reservation to spec's endpoint, its key swapped in for
+// the reserved placeholder, as Register would: the returned Route's
+// BaseURL is the reserved one with the endpoint's path. spec carries one
+// key (a reservation has one placeholder). A reservation binds once: a
+// second Bind, or one after Release, fails.
+func (r Reservation) Bind(spec Spec) (Route, error) {
+	var key string
+	for _, c := range spec.Credentials {
+		if c.Key != "" && key != "" && c.Key != key {
+			return Route{}, errors.New("key gateway: a reserved route carries one key; this endpoint has several")
+		}
+		if c.Key != "" {
+			key = c.Key
+		}
+	}
+	rt, out, err := r.g.route(spec, func(string) string { return r.Placeholder })
+	if err != nil {
+		return Route{}, err
+	}
+	path := rt.target.Path
+	rt.target.Path = ""
+	r.g.mu.Lock()
+	defer r.g.mu.Unlock()
+	if !r.g.reserved[r.token] {
+		return Route{}, errors.New("key gateway: the reservation is bound already or released")
+	}
+	delete(r.g.reserved, r.token)
+	r.g.routes[r.token] = rt
+	out.BaseURL = r.BaseURL + path
+	out.release = r.g.releaser(r.token)
+	return out, nil
+}
+
+// Release ends the reservation, bound or not: its placeholder stops
+// working. Idempotent.
+func (r Reservation) Release() { r.g.releaser(r.token)() }
+
+// route builds the route of spec, each key's placeholder made by
+// placeholder; rt.target.Path holds the endpoint's path, for the caller
+// to place.
+func (g *Gateway) route(spec Spec, placeholder func(key string) string) (*route, Route, error) {
+	u, err := url.Parse(spec.BaseURL)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, Route{}, fmt.Errorf("key gateway: endpoint %q is not an http(s) URL", spec.BaseURL)
+	}
+	rt := &route{target: &url.URL{Scheme: u.Scheme, Host: u.Host, Path: strings.TrimSuffix(u.Path, "/")}, log: spec.Log}
 	if rt.log == nil {
 		rt.log = g.log
 	}
@@ -156,7 +242,7 @@ func (g *Gateway) Register(spec Spec) (Route, error) {
 			continue
 		}
 		if len(c.Allow) == 0 {
-			return Route{}, fmt.Errorf("key gateway: credential %s has no placement to substitute it in", c.Name)
+			return nil, Route{}, fmt.Errorf("key gateway: credential %s has no placement to substitute it in", c.Name)
 		}
 		if p, ok := out.Placeholders[c.Key]; ok {
 			// One key bound to two variables: one placeholder, either's placements.
@@ -165,7 +251,7 @@ func (g *Gateway) Register(spec Spec) (Route, error) {
 			s.allow = append(s.allow, c.Allow...)
 			continue
 		}
-		s := &secret{name: c.Name, key: c.Key, placeholder: random("runner-key-", 16)}
+		s := &secret{name: c.Name, key: c.Key, placeholder: placeholder(c.Key)}
 		for _, p := range c.Allow {
 			p.Header = textproto.CanonicalMIMEHeaderKey(p.Header)
 			s.allow = append(s.allow, p)
@@ -206,16 +292,7 @@ func (g *Gateway) Register(spec Spec) (Route, error) {
 			http.Error(w, "runner key gateway: upstream "+rt.target.Host+": "+msg, http.StatusBadGateway)
 		},
 	}
-	g.mu.Lock()
-	g.routes[token] = rt
-	g.mu.Unlock()
-	out.BaseURL = "http://" + g.Addr() + "/g/" + token + strings.TrimSuffix(u.Path, "/")
-	out.release = func() {
-		g.mu.Lock()
-		delete(g.routes, token)
-		g.mu.Unlock()
-	}
-	return out, nil
+	return rt, out, nil
 }
 
 // encodedError is a response body in an encoding the scrubber cannot read.

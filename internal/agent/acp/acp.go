@@ -134,6 +134,9 @@ type Session struct {
 	// it (usage_update.cost.amount, ACP's running total for the session).
 	cost    float64
 	foreign int // this turn's session/updates for another session id
+	// opened is what session/new (or load) answered: the model and mode
+	// choices SetModel and SetMode use.
+	opened sessionResult
 }
 
 type promptCall struct {
@@ -212,6 +215,9 @@ func (s *Session) open(ctx context.Context, version string, opts agent.Options) 
 }
 
 func (s *Session) configure(ctx context.Context, res sessionResult, opts agent.Options) error {
+	s.mu.Lock()
+	s.opened = res
+	s.mu.Unlock()
 	if res.Modes != nil {
 		for _, m := range res.Modes.AvailableModes {
 			if m.ID == "plan" {
@@ -223,6 +229,44 @@ func (s *Session) configure(ctx context.Context, res sessionResult, opts agent.O
 		if err := s.conn.Call(ctx, "session/set_mode", setModeParams{SessionID: s.id, ModeID: opts.Mode}, nil); err != nil {
 			return fmt.Errorf("session/set_mode %q: %w", opts.Mode, err)
 		}
+	}
+	return nil
+}
+
+var _ agent.Rebinder = (*Session)(nil)
+
+// SetModel implements agent.Rebinder: through the session's "model"
+// config option when it has one (Claude Code), else session/set_model
+// (the models the session listed). A session that offers neither is an
+// errdefs.ErrUnprocessable error.
+func (s *Session) SetModel(ctx context.Context, model string) error {
+	s.mu.Lock()
+	res := s.opened
+	s.mu.Unlock()
+	for _, o := range res.ConfigOptions {
+		if o.ID == "model" || o.Category == "model" {
+			if err := s.conn.Call(ctx, "session/set_config_option", setConfigParams{SessionID: s.id, ConfigID: o.ID, Value: model}, nil); err != nil {
+				return fmt.Errorf("session/set_config_option %s=%q: %w", o.ID, model, err)
+			}
+			return nil
+		}
+	}
+	if res.Models == nil {
+		return errdefs.Unprocessablef("harness %q offers no model choice on an open session", s.spec.Name)
+	}
+	if res.Models.CurrentModelID == model {
+		return nil
+	}
+	if err := s.conn.Call(ctx, "session/set_model", setModelParams{SessionID: s.id, ModelID: model}, nil); err != nil {
+		return fmt.Errorf("session/set_model %q: %w", model, err)
+	}
+	return nil
+}
+
+// SetMode implements agent.Rebinder with session/set_mode.
+func (s *Session) SetMode(ctx context.Context, mode string) error {
+	if err := s.conn.Call(ctx, "session/set_mode", setModeParams{SessionID: s.id, ModeID: mode}, nil); err != nil {
+		return fmt.Errorf("session/set_mode %q: %w", mode, err)
 	}
 	return nil
 }

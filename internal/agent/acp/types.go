@@ -139,6 +139,20 @@ type loadParams struct {
 
 type sessionResult struct {
 	SessionID string `json:"sessionId"`
+	// Models (ACP's unstable session/set_model) and ConfigOptions (a
+	// "model" option, session/set_config_option) are how a harness offers
+	// a model choice.
+	Models *struct {
+		CurrentModelID  string `json:"currentModelId"`
+		AvailableModels []struct {
+			ModelID string `json:"modelId"`
+		} `json:"availableModels"`
+	} `json:"models"`
+	ConfigOptions []struct {
+		ID           string          `json:"id"`
+		Category     string          `json:"category"`
+		CurrentValue json.RawMessage `json:"currentValue"`
+	} `json:"configOptions"`
 	Modes     *struct {
 		CurrentModeID  string `json:"currentModeId"`
 		AvailableModes []struct {
@@ -146,6 +160,17 @@ type sessionResult struct {
 			Name string `json:"name"`
 		} `json:"availableModes"`
 	} `json:"modes"`
+}
+
+type setModelParams struct {
+	SessionID string `json:"sessionId"`
+	ModelID   string `json:"modelId"`
+}
+
+type setConfigParams struct {
+	SessionID string `json:"sessionId"`
+	ConfigID  string `json:"configId"`
+	Value     string `json:"value"`
 }
 
 type setModeParams struct {

@@ -49,7 +49,8 @@ import (
 //	flood <n> [bytes]              n message deltas of bytes each (default 1)
 //	mcp <server> <tool> <json>     calls a tool of a stdio MCP server from session/new
 //	stop <reason>                  ends the turn with this stopReason
-const Directives = "say think tool toolstart toolupdate permission sleep crash pid read write exec env connect connectunix http history images usage update flood mcp stop"
+//	model                          says the session's model (session/set_model; "default" until set)
+const Directives = "say think tool toolstart toolupdate permission sleep crash pid read write exec env connect connectunix http history images usage update flood mcp stop model"
 
 type fakeAgent struct {
 	conn  *jsonrpc.Conn
@@ -64,6 +65,7 @@ type session struct {
 	Cwd     string          `json:"cwd"`
 	Prompts []string        `json:"prompts"`
 	MCP     []mcpServerSpec `json:"mcp"`
+	Model   string          `json:"model,omitempty"`
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -148,6 +150,9 @@ func (a *fakeAgent) handle(ctx context.Context, method string, params json.RawMe
 		return map[string]any{"sessionId": s.ID, "modes": map[string]any{
 			"currentModeId":  "default",
 			"availableModes": []any{map[string]any{"id": "default", "name": "Default"}, map[string]any{"id": "plan", "name": "Plan"}},
+		}, "models": map[string]any{
+			"currentModelId":  "default",
+			"availableModels": []any{map[string]any{"modelId": "default", "name": "Default"}},
 		}}, nil
 	case "session/load":
 		var p struct {
@@ -178,6 +183,20 @@ func (a *fakeAgent) handle(ctx context.Context, method string, params json.RawMe
 		}
 		return map[string]any{}, nil
 	case "session/set_mode":
+		return map[string]any{}, nil
+	case "session/set_model":
+		var p struct {
+			SessionID string `json:"sessionId"`
+			ModelID   string `json:"modelId"`
+		}
+		_ = json.Unmarshal(params, &p)
+		s := a.session(p.SessionID)
+		if s == nil || p.ModelID == "" {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "unknown session or empty modelId"}
+		}
+		s.mu.Lock()
+		s.Model = p.ModelID
+		s.mu.Unlock()
 		return map[string]any{}, nil
 	case "session/cancel":
 		var p struct {
@@ -514,6 +533,14 @@ func (r *turn) do(verb, arg string) {
 		r.say("mcp result: " + out + "\n")
 	case "stop":
 		r.stop = arg
+	case "model":
+		r.s.mu.Lock()
+		m := r.s.Model
+		r.s.mu.Unlock()
+		if m == "" {
+			m = "default"
+		}
+		r.say("model " + m + "\n")
 	default:
 		r.say("unknown directive " + verb + "\n")
 	}
