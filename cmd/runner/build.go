@@ -241,6 +241,7 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 		SessionTTL:      cfg.Sessions.TTL,
 		ApprovalTTL:     cfg.Sessions.ApprovalTTL,
 		Pools:           pools,
+		Prewarm:         prewarmConfig(cfg),
 		Gateway:         gw,
 		Egress:          eg,
 		Limits:          runner.Limits{Total: cfg.Limits.RunTotalTimeout, TTFB: cfg.Limits.RunTTFBTimeout, Idle: cfg.Limits.RunIdleTimeout, ToolCall: cfg.Limits.ToolCallTimeout},
@@ -254,6 +255,19 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 		Metrics:         obs,
 		Logger:          log,
 	}, providers, &acp.Driver{ClientVersion: version, MaxLine: cfg.Limits.MaxEventBytes}, st)
+}
+
+// prewarmConfig is the pre-warm pool of AGENTA_RUNNER_PREWARM; none for
+// a runner working in one directory (runner run -workdir).
+func prewarmConfig(cfg config.Config) runner.PrewarmConfig {
+	if cfg.Workdir != "" {
+		return runner.PrewarmConfig{}
+	}
+	out := runner.PrewarmConfig{MemoryBudget: int64(cfg.Prewarm.MemoryMB) << 20, SlotMemory: int64(cfg.Prewarm.SlotMB) << 20}
+	for _, sh := range cfg.Prewarm.Shapes {
+		out.Shapes = append(out.Shapes, runner.PrewarmShape{Harness: sh.Harness, Provider: sh.Provider, Slots: sh.Slots})
+	}
+	return out
 }
 
 // baseEnv is what every harness inherits: where to find programs, and the

@@ -112,6 +112,7 @@ func (s *server) start(ctx context.Context) (int, error) {
 	if _, err := svc.Recover(ctx); err != nil {
 		return 1, fmt.Errorf("recover after restart: %w", err)
 	}
+	svc.StartPrewarm() // after Recover, which reaps the sandboxes it finds running
 	if s.queue, err = buildJobs(ctx, s.cfg, svc, s.log); err != nil {
 		return 1, err
 	}
@@ -158,7 +159,11 @@ func (s *server) handler(open func() int) http.Handler {
 		PingInterval:      cfg.HTTP.PingInterval,
 		ReadTimeout:       cfg.HTTP.ReadTimeout,
 		Health: func() map[string]any {
-			return map[string]any{"harnesses": svc.Harnesses(), "harnessesInstalled": installed.Get(), "providers": svc.Providers(), "inFlight": svc.InFlight(), "warm": svc.Warm(), "connections": open()}
+			h := map[string]any{"harnesses": svc.Harnesses(), "harnessesInstalled": installed.Get(), "providers": svc.Providers(), "inFlight": svc.InFlight(), "warm": svc.Warm(), "connections": open()}
+			if pw := svc.Prewarm(); pw != nil {
+				h["prewarm"] = prewarmHealth(pw)
+			}
+			return h
 		},
 		SubscriptionStatus: func() map[string]any { return subscriptionStatus(cfg, environ) },
 		Ready:              svc.Ready,

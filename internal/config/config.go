@@ -42,6 +42,7 @@ type Config struct {
 	HTTP      HTTP
 	Limits    Limits
 	Sessions  Sessions
+	Prewarm   Prewarm
 	Local     Local
 	Store     Store
 	Peers     Peers

@@ -220,6 +220,22 @@ func (r Reservation) Bind(spec Spec) (Route, error) {
 	return out, nil
 }
 
+// Unbound is the Route Bind(spec) would return, without binding anything:
+// what a harness started before its tenant is configured with. Its
+// Release releases the reservation.
+func (r Reservation) Unbound(spec Spec) Route {
+	out := Route{BaseURL: r.BaseURL, Placeholders: map[string]string{}, release: r.Release}
+	if u, err := url.Parse(spec.BaseURL); err == nil {
+		out.BaseURL += strings.TrimSuffix(u.Path, "/")
+	}
+	for _, c := range spec.Credentials {
+		if c.Key != "" {
+			out.Placeholders[c.Key] = r.Placeholder
+		}
+	}
+	return out
+}
+
 // Release ends the reservation, bound or not: its placeholder stops
 // working. Idempotent.
 func (r Reservation) Release() { r.g.releaser(r.token)() }

@@ -25,12 +25,14 @@ package metrics
 import "time"
 
 // Start says how a turn found its harness: warm (kept alive in the pool
-// since the session's last turn) or cold (a new sandbox or harness).
+// since the session's last turn), prewarmed (a slot started before the
+// session, bound to it at claim) or cold (a new sandbox or harness).
 type Start string
 
 const (
-	StartWarm Start = "warm"
-	StartCold Start = "cold"
+	StartWarm      Start = "warm"
+	StartPrewarmed Start = "prewarmed"
+	StartCold      Start = "cold"
 )
 
 // Turn outcomes: a closed list.

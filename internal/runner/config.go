@@ -53,6 +53,9 @@ type Config struct {
 	// warm; a provider without an entry uses KeepAlive, PoolMax,
 	// SessionTTL and ApprovalTTL.
 	Pools map[string]PoolConfig
+	// Prewarm keeps pre-started harnesses ready for new sessions
+	// (prewarm.go); no shapes, none.
+	Prewarm PrewarmConfig
 	// Gateway, when set, keeps opaque_http model keys out of sandboxes
 	// that share the runner's host: harnesses get placeholders.
 	Gateway *gateway.Gateway

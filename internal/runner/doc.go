@@ -11,6 +11,8 @@
 //
 //	admit ──► acquire ─┬─ warm ─┬────────────┐  the pool's harness
 //	  │                │        └─ resume ───┤  parked on a person's approval
+//	  │                ├─ prewarmed ─────────┤  a new session claims a slot
+//	  │                │   (bind fails: cold)│  started before it (prewarm.go)
 //	  │                └─ cold ─┬─ new ──────┤  set up in stages (stages.go),
 //	  │                         ├─ load ─────┤  unwound in reverse
 //	  │                         └─ replay ───┤
@@ -26,9 +28,10 @@
 // Each state has its file: admit (admit.go, modelenv.go) checks the
 // request and run.go and claim.go claim the session; begin.go records the
 // turn and opens its event log (internal/eventlog); acquire (turn.go)
-// takes a warm harness (warm.go) or sets a cold one up (stages.go) and
-// names how with the type acquired (state.go), whose String is the
-// agent-session event's mode on the wire; prompt drives the harness
+// takes a warm harness (warm.go), claims a pre-warmed slot for a new
+// session and binds it to the turn (prewarm.go), or sets a cold one up
+// (stages.go) and names how with the type acquired (state.go), whose
+// String is the agent-session event's mode on the wire; prompt drives the harness
 // (turn.go, approval.go, clienttools.go); settle (settle.go) commits the
 // outcome with the last events, then keeps the harness in the pool or
 // releases it. fallback.go moves a turn whose sandbox vanished; decide.go

@@ -33,7 +33,11 @@ func (c *coldStart) hideKeys() (map[string]string, *wire.Request, *gateway.Route
 	if len(creds) == 0 {
 		return p.env, p.req, nil, nil
 	}
-	rt, err := g.Register(gateway.Spec{BaseURL: mc.Endpoint.BaseURL, Credentials: creds,
+	register := g.Register
+	if c.register != nil {
+		register = c.register // a pre-warmed slot's reservation (prewarm.go)
+	}
+	rt, err := register(gateway.Spec{BaseURL: mc.Endpoint.BaseURL, Credentials: creds,
 		Log: t.svc.log.With(logkey.Session, p.req.SessionID, logkey.Project, projectOf(p.req), logkey.Provider, p.provider)})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("modelConnection.endpoint.baseUrl: %w", err)

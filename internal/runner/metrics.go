@@ -14,14 +14,18 @@ import (
 // turnObs is what a turn keeps for its metrics: set before the harness
 // starts, read on its event reader.
 type turnObs struct {
-	start time.Time
-	warm  bool
-	first atomic.Bool // the first harness event was observed
+	start     time.Time
+	warm      bool
+	prewarmed bool        // a pre-warmed slot (prewarm.go)
+	first     atomic.Bool // the first harness event was observed
 }
 
 func (o *turnObs) startKind() metrics.Start {
 	if o.warm {
 		return metrics.StartWarm
+	}
+	if o.prewarmed {
+		return metrics.StartPrewarmed
 	}
 	return metrics.StartCold
 }

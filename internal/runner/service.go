@@ -33,6 +33,7 @@ type Service struct {
 	pools     map[string]*pool.Pool // by provider; absent = no keep-alive
 	hubs      eventlog.Hubs
 	health    storeHealth // storewatch.go
+	prewarm   *prewarm    // pre-warmed slots, nil when off (prewarm.go)
 	log       *slog.Logger
 
 	// mu guards the following.
@@ -129,6 +130,10 @@ func New(cfg Config, providers []sandbox.Provider, driver agent.Driver, st store
 	for name, spec := range cfg.Harnesses {
 		spec.Name = name
 		s.harnesses[name] = harness{spec: spec}
+	}
+	var err error
+	if s.prewarm, err = newPrewarm(s, cfg.Prewarm); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentrunner/runner/internal/agent"
 	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/gateway"
 	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/pool"
 	"github.com/agentrunner/runner/internal/sandbox"
@@ -49,6 +50,9 @@ type coldStart struct {
 	// hc is the harness's own configuration for the session.
 	reopened bool
 	hc       HarnessConfig
+	// register, if set, routes the model connection instead of the key
+	// gateway's Register: a pre-warmed slot's reservation (prewarm.go).
+	register func(gateway.Spec) (gateway.Route, error)
 }
 
 // cold creates a sandbox and opens a harness session in it: reloading the

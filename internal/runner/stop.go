@@ -85,6 +85,9 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	for _, t := range turns {
 		t.waitDone(ctx)
 	}
+	if s.prewarm != nil {
+		s.prewarm.close() // bounded by the teardown timeout, as the pools
+	}
 	// The warm sessions' teardowns write to the store: the caller closes
 	// it once Shutdown returns, so they are waited for even past ctx (each
 	// is bounded by the teardown timeout), the pools side by side.

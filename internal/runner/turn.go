@@ -66,6 +66,9 @@ type turn struct {
 	// the turn moved to a fresh sandbox (fallback.go).
 	heard    atomic.Int64
 	fellBack bool
+	// prewarmMiss is why a turn that could have taken a pre-warmed slot
+	// ran cold (prewarm.go).
+	prewarmMiss string
 	// streamed is set when the caller streams the events and drops the
 	// result's list (Turn.Streamed); capped once a cap ended the turn
 	// (caps.go).
@@ -217,7 +220,7 @@ func (t *turn) attempt(ctx context.Context) (lv *live, out agent.Outcome, err er
 
 	if how == acquiredWarm && lv.awaiting {
 		lv.awaiting = false
-		t.record(agentSessionEvent(acquiredResume, lv), true)
+		t.record(t.sessionEvent(acquiredResume, lv), true)
 		out, ok, err := t.resumeWarm(ctx, lv)
 		if ok || err != nil {
 			return lv, out, err
@@ -226,7 +229,7 @@ func (t *turn) attempt(ctx context.Context) (lv *live, out agent.Outcome, err er
 		// message on the live session.
 	}
 	blocks, how := t.promptFor(lv, how, prior)
-	t.record(agentSessionEvent(how, lv), true)
+	t.record(t.sessionEvent(how, lv), true)
 	att, err := t.attachmentBlocks(ctx, lv)
 	if err != nil {
 		return lv, agent.Outcome{}, err
@@ -251,6 +254,13 @@ func (t *turn) acquire(ctx context.Context) (lv *live, how acquired, prior []wir
 	}
 	if prior, err = t.prior(ctx); err != nil {
 		return nil, 0, nil, err
+	}
+	t.obs.prewarmed = false
+	if !t.fellBack && t.index <= 0 { // a new session's first turn, or none
+		if lv = t.prewarmed(ctx); lv != nil { // prewarm.go
+			t.obs.prewarmed = true
+			return lv, acquiredNew, prior, nil
+		}
 	}
 	if lv, err = t.cold(ctx); err != nil { // stages.go
 		return nil, 0, nil, err

@@ -153,7 +153,7 @@ type sessionResult struct {
 		Category     string          `json:"category"`
 		CurrentValue json.RawMessage `json:"currentValue"`
 	} `json:"configOptions"`
-	Modes     *struct {
+	Modes *struct {
 		CurrentModeID  string `json:"currentModeId"`
 		AvailableModes []struct {
 			ID   string `json:"id"`

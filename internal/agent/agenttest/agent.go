@@ -49,7 +49,7 @@ import (
 //	flood <n> [bytes]              n message deltas of bytes each (default 1)
 //	mcp <server> <tool> <json>     calls a tool of a stdio MCP server from session/new
 //	stop <reason>                  ends the turn with this stopReason
-//	model                          says the session's model (session/set_model; "default" until set)
+//	model                          says the session's model (session/set_model, which refuses ids starting "refuse"; "default" until set)
 const Directives = "say think tool toolstart toolupdate permission sleep crash pid read write exec env connect connectunix http history images usage update flood mcp stop model"
 
 type fakeAgent struct {
@@ -191,8 +191,9 @@ func (a *fakeAgent) handle(ctx context.Context, method string, params json.RawMe
 		}
 		_ = json.Unmarshal(params, &p)
 		s := a.session(p.SessionID)
-		if s == nil || p.ModelID == "" {
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "unknown session or empty modelId"}
+		if s == nil || p.ModelID == "" || strings.HasPrefix(p.ModelID, "refuse") {
+			// A model named refuse… is refused, for tests of a failed bind.
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "unknown session, or a model this agent refuses: " + p.ModelID}
 		}
 		s.mu.Lock()
 		s.Model = p.ModelID
