@@ -27,7 +27,7 @@ func newPeers(cfg config.Config, st store.Store, id string, log *slog.Logger) *p
 	if !sharedStore(st) {
 		return nil
 	}
-	return peer.New(peer.Config{Self: id, Token: cfg.Peers.Token, Network: peer.NewNetwork(cfg.Peers.CIDRs), Registry: st,
+	return peer.New(peer.Config{Self: id, Token: cfg.Peers.Token, Network: peer.NewNetwork(cfg.Peers.CIDRs, cfg.Peers.Domains), Registry: st,
 		Heartbeat: cfg.Peers.Heartbeat, Logger: log})
 }
 

@@ -71,6 +71,7 @@ type Handler struct {
 	mux      *http.ServeMux
 	inflight atomic.Int64
 	history  *wire.HistoryCache // nil: none
+	holders  holders            // forward.go
 }
 
 // Route is an additional authenticated route (the /v1 API of other packages).
@@ -324,6 +325,9 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := callerOf(r).scopeRequest(req); err != nil {
 		refuse(w, r, err)
+		return
+	}
+	if h.forwardKnown(w, r, body, runner.KeyOf(req)) {
 		return
 	}
 	turn, err := h.runner.Start(r.Context(), req)

@@ -4,6 +4,8 @@ import (
 	"crypto/subtle"
 	"errors"
 	"net/http"
+	"sync"
+	"time"
 
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/logkey"
@@ -72,10 +74,13 @@ func (h *Handler) elsewhere(w http.ResponseWriter, r *http.Request, body []byte,
 // the lease moved and must be read again.
 func (h *Handler) follow(w http.ResponseWriter, r *http.Request, body []byte, l store.Lease) bool {
 	err := h.cfg.Peers.Forward(w, r, body, l.Owner)
+	if err == nil {
+		h.holders.remember(l)
+		return false
+	}
+	h.holders.forget(l.Key())
 	var gone *peer.GoneError
 	switch {
-	case err == nil:
-		return false
 	case errors.Is(err, peer.ErrMoved):
 		return true
 	case errors.As(err, &gone):
@@ -126,4 +131,55 @@ func (h *Handler) handoffDraining(w http.ResponseWriter, r *http.Request, err er
 	if forwarded(r) && errors.Is(err, errdefs.ErrUnavailable) && h.runner.Draining() {
 		w.Header().Set(peer.HeaderHandoff, peer.HandoffDraining)
 	}
+}
+
+// holders remembers the leases of sessions lately forwarded, until they
+// expire: the next turn of a warm session held elsewhere goes there at
+// once, with no lease write here. An entry that went stale costs one
+// refused hop (the holder answers "moved"), or a turn the old holder runs
+// itself when the lease was let go, which is as right.
+type holders struct {
+	// mu guards m.
+	mu sync.Mutex
+	m  map[store.SessionKey]store.Lease
+}
+
+// maxHolders bounds the leases remembered.
+const maxHolders = 1 << 16
+
+func (c *holders) get(k store.SessionKey) (store.Lease, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, ok := c.m[k]
+	if ok && !time.Now().Before(l.Expires) {
+		delete(c.m, k)
+		return store.Lease{}, false
+	}
+	return l, ok
+}
+
+func (c *holders) remember(l store.Lease) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxHolders {
+		c.m = map[store.SessionKey]store.Lease{}
+	}
+	c.m[l.Key()] = l
+}
+
+func (c *holders) forget(k store.SessionKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, k)
+}
+
+// forwardKnown forwards a turn of session k straight to the replica it was
+// last forwarded to, while that lease runs; it reports whether the answer
+// was written. Otherwise the turn starts here as any other.
+func (h *Handler) forwardKnown(w http.ResponseWriter, r *http.Request, body []byte, k store.SessionKey) bool {
+	if h.cfg.Peers == nil || k.SessionID == "" || forwarded(r) {
+		return false
+	}
+	l, ok := h.holders.get(k)
+	return ok && !h.follow(w, r, body, l)
 }

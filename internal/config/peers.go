@@ -22,6 +22,10 @@ type Peers struct {
 	// CIDRs are the networks a peer's advertised address may lie in;
 	// empty: the same host only (loopback and the host's own addresses).
 	CIDRs []netip.Prefix
+	// Domains are DNS suffixes (".runner-pods.ns.svc") a peer's advertised
+	// host may end with: names the cluster's DNS gives only to the
+	// replicas (a StatefulSet's headless Service).
+	Domains []string
 	// Heartbeat is how often this replica writes its registry row.
 	Heartbeat time.Duration
 }
@@ -53,12 +57,20 @@ func loadPeerToken(l *loader, s *Setting, c *Config) {
 
 func loadPeerCIDRs(l *loader, s *Setting, c *Config) {
 	for _, e := range l.list(s.Name) {
+		if strings.HasPrefix(e, ".") {
+			if len(e) < 3 || strings.ContainsAny(e, "/:*") || strings.Contains(e, "..") {
+				l.fail(fmt.Sprintf("%s entry %q: a DNS suffix starts with a dot and names a domain, e.g. .runner-pods.agenta.svc", s.Name, e))
+				continue
+			}
+			c.Peers.Domains = append(c.Peers.Domains, strings.TrimSuffix(e, "."))
+			continue
+		}
 		p, err := netip.ParsePrefix(e)
 		if err != nil {
 			if a, aerr := netip.ParseAddr(e); aerr == nil {
 				p = netip.PrefixFrom(a, a.BitLen())
 			} else {
-				l.fail(fmt.Sprintf("%s entry %q: want a CIDR (10.0.0.0/8) or an address", s.Name, e))
+				l.fail(fmt.Sprintf("%s entry %q: want a CIDR (10.0.0.0/8), an address, or a DNS suffix (.runner-pods.agenta.svc)", s.Name, e))
 				continue
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -85,7 +86,22 @@ type Peers struct {
 	cfg Config
 	rt  *http.Transport
 	now func() time.Time
+
+	// mu guards the following: registry rows read lately, so that a warm
+	// turn forwarded costs no store read (a row's URL changes only when
+	// its replica restarts; a failed forward reads it again).
+	mu   sync.Mutex
+	rows map[string]cachedRow
 }
+
+type cachedRow struct {
+	row store.Replica
+	at  time.Time
+}
+
+// maxCachedRows bounds the cache: a store full of forged rows must not
+// grow it.
+const maxCachedRows = 1024
 
 // New returns Peers. Close releases its idle connections.
 func New(cfg Config) *Peers {
@@ -102,14 +118,13 @@ func New(cfg Config) *Peers {
 		cfg.DialTimeout = 2 * time.Second
 	}
 	if cfg.Network == nil {
-		cfg.Network = NewNetwork(nil)
+		cfg.Network = NewNetwork(nil, nil)
 	}
-	d := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 15 * time.Second, Control: cfg.Network.Control}
 	rt := &http.Transport{
 		// Never an environment proxy: a peer is dialled directly, at the
 		// address the policy checks.
 		Proxy:                  nil,
-		DialContext:            d.DialContext,
+		DialContext:            cfg.Network.Dialer(cfg.DialTimeout),
 		TLSHandshakeTimeout:    5 * time.Second,
 		TLSClientConfig:        &tls.Config{MinVersion: tls.VersionTLS12},
 		MaxIdleConns:           256,
@@ -119,7 +134,7 @@ func New(cfg Config) *Peers {
 		// The owner's body passes through as it was encoded.
 		DisableCompression: true,
 	}
-	return &Peers{cfg: cfg, rt: rt, now: time.Now}
+	return &Peers{cfg: cfg, rt: rt, now: time.Now, rows: map[string]cachedRow{}}
 }
 
 // Close closes the idle connections to peers.
@@ -138,8 +153,8 @@ func (p *Peers) Token() string { return p.cfg.Token }
 func (p *Peers) Forward(w http.ResponseWriter, r *http.Request, body []byte, owner string) error {
 	ctx := r.Context()
 	deadline := p.now().Add(p.cfg.Wait)
-	for {
-		rep, err := p.cfg.Registry.GetReplica(ctx, owner)
+	for attempt := 0; ; attempt++ {
+		rep, err := p.row(ctx, owner, attempt > 0)
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return &GoneError{Owner: owner, Why: "it has no row in the replica registry (it stopped)"}
 		}
@@ -158,7 +173,7 @@ func (p *Peers) Forward(w http.ResponseWriter, r *http.Request, body []byte, own
 			return err
 		}
 		if ue.refused {
-			again, gerr := p.cfg.Registry.GetReplica(ctx, owner)
+			again, gerr := p.row(ctx, owner, true)
 			if errors.Is(gerr, errdefs.ErrNotFound) || gerr == nil && !again.HeartbeatAt.After(rep.HeartbeatAt) {
 				return &GoneError{Owner: owner, Why: fmt.Sprintf("connection refused at %s and no heartbeat since", rep.AdvertiseURL)}
 			}
@@ -178,6 +193,32 @@ func (p *Peers) Forward(w http.ResponseWriter, r *http.Request, body []byte, own
 		case <-t.C:
 		}
 	}
+}
+
+// row is owner's registry row: as read within the last heartbeat unless
+// fresh.
+func (p *Peers) row(ctx context.Context, owner string, fresh bool) (store.Replica, error) {
+	now := p.now()
+	if !fresh {
+		p.mu.Lock()
+		c, ok := p.rows[owner]
+		p.mu.Unlock()
+		if ok && now.Sub(c.at) < p.cfg.Heartbeat && !now.Before(c.at) {
+			return c.row, nil
+		}
+	}
+	row, err := p.cfg.Registry.GetReplica(ctx, owner)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err != nil {
+		delete(p.rows, owner)
+		return row, err
+	}
+	if len(p.rows) >= maxCachedRows {
+		clear(p.rows)
+	}
+	p.rows[owner] = cachedRow{row: row, at: now}
+	return row, nil
 }
 
 // stale reports a row whose replica has missed three heartbeats.

@@ -1,11 +1,13 @@
 package peer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -23,9 +25,13 @@ const hostRefresh = time.Second
 
 // Network decides which addresses a peer may be dialled at: the
 // operator's CIDRs, loopback, and this host's own interface addresses
-// (not their subnets: a neighbour is not this host).
+// (not their subnets: a neighbour is not this host), checked on the
+// address dialled; and names under the operator's peer domains (a
+// StatefulSet's headless Service), which the cluster's DNS gives only to
+// the replicas.
 type Network struct {
-	cidrs []netip.Prefix
+	cidrs   []netip.Prefix
+	domains []string // ".runner-pods.ns.svc"
 	// hostAddrs reads the host's addresses; now is the clock of its cache.
 	hostAddrs func() ([]netip.Addr, error)
 	now       func() time.Time
@@ -36,10 +42,49 @@ type Network struct {
 	hostAt time.Time
 }
 
-// NewNetwork returns the policy of the peer networks cidrs (empty: this
-// host only).
-func NewNetwork(cidrs []netip.Prefix) *Network {
-	return &Network{cidrs: slices.Clone(cidrs), hostAddrs: interfaceAddrs, now: time.Now}
+// NewNetwork returns the policy of the peer networks cidrs and the peer
+// domains (both empty: this host only).
+func NewNetwork(cidrs []netip.Prefix, domains []string) *Network {
+	return &Network{cidrs: slices.Clone(cidrs), domains: slices.Clone(domains), hostAddrs: interfaceAddrs, now: time.Now}
+}
+
+// inDomain reports whether host is a name under one of the peer domains.
+func (n *Network) inDomain(host string) bool {
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	for _, d := range n.domains {
+		if strings.HasSuffix(host, d) && len(host) > len(d) {
+			return true
+		}
+	}
+	return false
+}
+
+// Dialer returns the dial func of peer connections: a host under a peer
+// domain is dialled where the DNS resolves it (but never at a link-local,
+// multicast or unspecified address: the metadata endpoint is no peer);
+// any other host only at an address Check admits, checked on the address
+// dialled, so a name that resolves (or rebinds) elsewhere is refused.
+func (n *Network) Dialer(timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	checked := &net.Dialer{Timeout: timeout, KeepAlive: 15 * time.Second, Control: n.Control}
+	named := &net.Dialer{Timeout: timeout, KeepAlive: 15 * time.Second, Control: controlNamed}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if host, _, err := net.SplitHostPort(addr); err == nil && n.inDomain(host) {
+			return named.DialContext(ctx, network, addr)
+		}
+		return checked.DialContext(ctx, network, addr)
+	}
+}
+
+func controlNamed(network, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return fmt.Errorf("dial %s: %w: not an address", address, ErrNotPeer)
+	}
+	a := ap.Addr().Unmap()
+	if a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() || a.IsMulticast() || a.IsUnspecified() || a.IsInterfaceLocalMulticast() {
+		return fmt.Errorf("%s: %w: a peer domain's name resolved to a link-local, multicast or unspecified address", a, ErrNotPeer)
+	}
+	return nil
 }
 
 // Check returns nil when a may be dialled as a peer, else an error

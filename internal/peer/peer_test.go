@@ -289,14 +289,14 @@ func TestForwardForgedRowRefusedAtDial(t *testing.T) {
 	}
 	// Opened by the operator, the same address is dialled (and, as
 	// nothing answers at a documentation address, not reached).
-	n := NewNetwork([]netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")})
+	n := NewNetwork([]netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}, nil)
 	if err := n.Control("tcp4", "192.0.2.10:8765", nil); err != nil {
 		t.Errorf("listed network refused: %v", err)
 	}
 }
 
 func TestNetwork(t *testing.T) {
-	n := NewNetwork([]netip.Prefix{netip.MustParsePrefix("10.42.0.0/16")})
+	n := NewNetwork([]netip.Prefix{netip.MustParsePrefix("10.42.0.0/16")}, []string{".runner-pods.agenta.svc"})
 	n.hostAddrs = func() ([]netip.Addr, error) {
 		return []netip.Addr{netip.MustParseAddr("172.20.0.5"), netip.MustParseAddr("fd00::5")}, nil
 	}
@@ -319,6 +319,23 @@ func TestNetwork(t *testing.T) {
 			t.Errorf("Control(%s, %s) = %v, want ok=%v", tc.network, tc.addr, err, tc.ok)
 		}
 	}
+	// A name under a peer domain is dialled where the cluster's DNS says,
+	// but never at the metadata endpoint; any other name is checked on
+	// its address.
+	for host, ok := range map[string]bool{
+		"runner-0.runner-pods.agenta.svc": true, "RUNNER-1.runner-pods.agenta.svc.": true,
+		"runner-pods.agenta.svc": false, "evilrunner-pods.agenta.svc": false, "runner-0.runner-pods.agenta.svc.evil.com": false,
+	} {
+		if n.inDomain(host) != ok {
+			t.Errorf("inDomain(%s) = %v", host, !ok)
+		}
+	}
+	if err := controlNamed("tcp", "169.254.169.254:80", nil); !errors.Is(err, ErrNotPeer) {
+		t.Errorf("a peer domain's name at the metadata endpoint: %v", err)
+	}
+	if err := controlNamed("tcp", "10.44.1.2:8765", nil); err != nil {
+		t.Errorf("a peer domain's name at a pod address: %v", err)
+	}
 }
 
 // TestForwardWaitsBoundedForASilentOwner: an owner whose dial times out
@@ -327,12 +344,16 @@ func TestNetwork(t *testing.T) {
 func TestForwardWaitsBoundedForASilentOwner(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		reg := newRegistry(fresh("replica-b", "http://127.0.0.1:1"))
-		p := New(Config{Self: "replica-a", Token: peerToken, Registry: reg, Heartbeat: time.Second})
 		dials := 0
-		p.rt.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			dials++
-			return nil, &net.OpError{Op: "dial", Net: network, Err: errTimeout{}}
+		silent := func() *Peers {
+			p := New(Config{Self: "replica-a", Token: peerToken, Registry: reg, Heartbeat: time.Second})
+			p.rt.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				dials++
+				return nil, &net.OpError{Op: "dial", Net: network, Err: errTimeout{}}
+			}
+			return p
 		}
+		p := silent()
 		start := time.Now()
 		err := p.Forward(httptest.NewRecorder(), httptest.NewRequest("POST", "/stream", nil), nil, "replica-b")
 		var g *GoneError
@@ -343,7 +364,9 @@ func TestForwardWaitsBoundedForASilentOwner(t *testing.T) {
 			t.Errorf("waited %s over %d dials, want the 3s bound", waited, dials)
 		}
 
+		p.Close()
 		reg.rows["replica-b"] = store.Replica{ID: "replica-b", AdvertiseURL: "http://127.0.0.1:1", HeartbeatAt: time.Now().Add(-time.Minute)}
+		p = silent() // nothing cached
 		start = time.Now()
 		err = p.Forward(httptest.NewRecorder(), httptest.NewRequest("POST", "/stream", nil), nil, "replica-b")
 		if !errors.As(err, &g) || !strings.Contains(g.Why, "last heartbeat") || time.Since(start) != 0 {

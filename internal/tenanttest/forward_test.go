@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ import (
 // peerCluster starts n `runner serve` replicas on one fresh PostgreSQL
 // schema, behind no balancer: the test picks the replica of every
 // request. It returns them and the schema's URL.
-func peerCluster(t *testing.T, n int, env ...string) ([]*runner, string) {
+func peerCluster(t testing.TB, n int, env ...string) ([]*runner, string) {
 	t.Helper()
 	url := storetest.PostgresSchema(t)
 	var rs []*runner
@@ -229,5 +230,53 @@ func TestAttackForgedPeerRow(t *testing.T) {
 	tr := rs[0].stream(t, fake("say hi", map[string]any{"sessionId": "forged", "projectId": "p"}))
 	if tr.Result.OK || !strings.Contains(tr.Result.Error, "AGENTA_RUNNER_PEER_CIDRS") || !strings.Contains(tr.Result.Error, "not a peer address") {
 		t.Fatalf("a forged row's address: %d %+v", tr.Status, tr.Result)
+	}
+}
+
+// TestForwardDrainHandsOff: the replica holding a warm session gets
+// SIGTERM while another of its turns is still running (so it stays
+// draining). Must hold: the warm session's next turn, sent to another
+// replica, is not refused: the draining owner hands it off and it runs
+// there, cold, with the conversation intact; the owner's running turn
+// finishes.
+func TestForwardDrainHandsOff(t *testing.T) {
+	rs, _ := peerCluster(t, 2, "AGENTA_RUNNER_SHUTDOWN_TIMEOUT_MS=60000")
+	owner, other := rs[0], rs[1]
+	warm := owner.stream(t, fake("pid\nsay the password is swordfish", map[string]any{"sessionId": "warm", "projectId": "p"}))
+	if !warm.Result.OK {
+		t.Fatal(warm.Raw)
+	}
+	resp := owner.do(t, t.Context(), "POST", "/stream", fake("say started\nsleep 3s\nsay finished", map[string]any{"sessionId": "busy", "projectId": "p"}), "application/x-ndjson")
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() && !strings.Contains(sc.Text(), "started") {
+	}
+	if err := owner.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// Draining: not ready, its turn still running.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if status, _ := owner.call(t, "GET", "/ready", nil); status == http.StatusServiceUnavailable {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the owner never turned not ready after SIGTERM")
+		}
+	}
+	// Not a directive: the fake harness echoes the prompt, which on a cold
+	// start carries the conversation replayed.
+	next := other.stream(t, fake("what is the password?", map[string]any{"sessionId": "warm", "projectId": "p"}))
+	if next.Status != 200 || !next.Result.OK {
+		t.Fatalf("the warm session's turn while its owner drains: %d %+v\nowner log:\n%s", next.Status, next.Result, owner.Log())
+	}
+	if !strings.Contains(next.Text(), "Conversation so far") || !strings.Contains(next.Text(), "swordfish") {
+		t.Fatalf("want a cold resume on the other replica with the history replayed:\n%s", next.Text())
+	}
+	var last string
+	for sc.Scan() {
+		last = sc.Text()
+	}
+	if !strings.Contains(last, `"ok":true`) {
+		t.Fatalf("the draining owner's running turn ended with %q", last)
 	}
 }
