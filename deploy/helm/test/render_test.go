@@ -360,6 +360,63 @@ func TestKubernetesProvider(t *testing.T) {
 	}
 }
 
+// TestSeveralReplicas: replicas: 3 on PostgreSQL behind the plain
+// Service works as it renders: a StatefulSet whose pods advertise their
+// stable names under the headless Service, the only names dialled as
+// peers; a Deployment advertises pod IPs, in the operator's peer CIDRs.
+func TestSeveralReplicas(t *testing.T) {
+	objs := render(t, "agentRunner.replicas=3", "agentRunner.databaseUrl=postgres://db/runner")
+	spec, kind := podSpec(t, objs)
+	if kind != "StatefulSet" {
+		t.Fatalf("PostgreSQL and 3 replicas: want a StatefulSet (stable names to forward to), got %s", kind)
+	}
+	sts := objs["StatefulSet"][0].(*appsv1.StatefulSet)
+	if *sts.Spec.Replicas != 3 {
+		t.Errorf("replicas %d", *sts.Spec.Replicas)
+	}
+	headless := false
+	for _, o := range objs["Service"] {
+		svc := o.(*corev1.Service)
+		headless = headless || svc.Name == sts.Spec.ServiceName && svc.Spec.ClusterIP == "None" && svc.Spec.PublishNotReadyAddresses
+	}
+	if !headless {
+		t.Errorf("no headless Service %q publishing not-ready (draining) pods", sts.Spec.ServiceName)
+	}
+	c := spec.Containers[0]
+	domain := sts.Spec.ServiceName + ".agents.svc"
+	order := map[string]int{}
+	for i, e := range c.Env {
+		order[e.Name] = i
+	}
+	if e := envVar(c, "AGENTA_RUNNER_ADVERTISE_URL"); e == nil || e.Value != "http://$(AGENTA_RUNNER_REPLICA_ID)."+domain+":8765" {
+		t.Errorf("AGENTA_RUNNER_ADVERTISE_URL %+v, want the pod's name under %s", e, domain)
+	} else if order["AGENTA_RUNNER_REPLICA_ID"] > order["AGENTA_RUNNER_ADVERTISE_URL"] {
+		t.Error("AGENTA_RUNNER_ADVERTISE_URL refers to AGENTA_RUNNER_REPLICA_ID, which comes after it: Kubernetes leaves it unexpanded")
+	}
+	if e := envVar(c, "AGENTA_RUNNER_PEER_CIDRS"); e == nil || e.Value != "."+domain {
+		t.Errorf("AGENTA_RUNNER_PEER_CIDRS %+v, want the headless Service's domain only", e)
+	}
+
+	objs = render(t, "agentRunner.replicas=3", "agentRunner.databaseUrl=postgres://db/runner", "agentRunner.workload=Deployment",
+		"agentRunner.peers.cidrs=10.42.0.0/16", "agentRunner.peers.tokenSecretRef.name=peer")
+	spec, _ = podSpec(t, objs)
+	c = spec.Containers[0]
+	if e := envVar(c, "AGENTA_RUNNER_ADVERTISE_URL"); e == nil || e.Value != "http://$(POD_IP):8765" {
+		t.Errorf("a Deployment's AGENTA_RUNNER_ADVERTISE_URL %+v", e)
+	}
+	if e := envVar(c, "AGENTA_RUNNER_PEER_CIDRS"); e == nil || e.Value != "10.42.0.0/16" {
+		t.Errorf("a Deployment's AGENTA_RUNNER_PEER_CIDRS %+v", e)
+	}
+	if e := envVar(c, "AGENTA_RUNNER_PEER_TOKEN"); e == nil || e.ValueFrom.SecretKeyRef.Name != "peer" || e.ValueFrom.SecretKeyRef.Key != "token" {
+		t.Errorf("AGENTA_RUNNER_PEER_TOKEN %+v", e)
+	}
+	// One replica on SQLite forwards nowhere.
+	spec, _ = podSpec(t, render(t))
+	if e := envVar(spec.Containers[0], "AGENTA_RUNNER_ADVERTISE_URL"); e != nil {
+		t.Errorf("SQLite advertises %+v", e)
+	}
+}
+
 // TestRefusals: values that cannot work fail the render, naming the value.
 func TestRefusals(t *testing.T) {
 	helm := os.Getenv("RUNNER_TEST_HELM")
@@ -373,6 +430,7 @@ func TestRefusals(t *testing.T) {
 		"agentRunner.workload=ReplicaSet":             "agentRunner.workload",
 		"agentRunner.providers.default=e2b":           "not among the enabled providers",
 		"agentRunner.localSandbox.tun.hostPath=false": "agentRunner.localSandbox.tun.hostPath",
+		"agentRunner.replicas=3,agentRunner.databaseUrl=postgres://db/r,agentRunner.workload=Deployment": "agentRunner.peers.cidrs",
 	} {
 		out, err := exec.Command(helm, "template", "rel", "../runner", "--set", set).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), want) {

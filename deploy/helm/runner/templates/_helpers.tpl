@@ -97,7 +97,7 @@ local
 {{- $r := .Values.agentRunner -}}
 {{- $w := default "auto" $r.workload -}}
 {{- if eq $w "auto" -}}
-{{- if and (or (include "runner.local" .) (include "runner.sqlite" .)) $r.persistence.enabled }}StatefulSet{{ else }}Deployment{{ end -}}
+{{- if or (not (include "runner.sqlite" .)) (and (or (include "runner.local" .) (include "runner.sqlite" .)) $r.persistence.enabled) }}StatefulSet{{ else }}Deployment{{ end -}}
 {{- else if or (eq $w "Deployment") (eq $w "StatefulSet") -}}
 {{- $w -}}
 {{- else -}}
@@ -138,6 +138,9 @@ key: token
 {{- $r := .Values.agentRunner -}}
 {{- if and (gt (int $r.replicas) 1) (not $r.databaseUrl) (not (default dict $r.databaseUrlSecretRef).name) -}}
 {{- fail "agentRunner.replicas > 1 needs a shared PostgreSQL: set agentRunner.databaseUrl or agentRunner.databaseUrlSecretRef (SQLite on one pod's volume cannot be shared)" -}}
+{{- end -}}
+{{- if and (gt (int $r.replicas) 1) (eq (include "runner.workload" .) "Deployment") (not (default dict $r.peers).cidrs) -}}
+{{- fail "agentRunner.replicas > 1 as a Deployment advertises pod IPs to the other replicas: set agentRunner.peers.cidrs to the cluster's pod range, or use workload StatefulSet (the default with PostgreSQL), whose pods are reached by name" -}}
 {{- end -}}
 {{- $tun := default dict $r.localSandbox.tun -}}
 {{- if and (include "runner.local" .) (not $tun.hostPath) (not (default dict $tun.resource).name) (ne (toString (default dict $r.env).AGENTA_RUNNER_LOCAL_NETWORK) "host") -}}
