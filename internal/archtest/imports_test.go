@@ -42,7 +42,7 @@ var layers = []struct {
 	// harnesses' catalogue and configuration (their launch specs are
 	// agent's, their checks run in a sandbox), and forwarding between
 	// replicas (it reads the store's registry).
-	{4, []string{"internal/sandboxd/client", "internal/store/sqlstore", "internal/eventlog", "internal/sandbox/local/seccomp", "internal/harness",
+	{4, []string{"internal/sandboxd/client", "internal/store/sqlstore", "internal/store/pgcut", "internal/eventlog", "internal/sandbox/local/seccomp", "internal/harness",
 		"internal/peer"}},
 	// Implementations (test kits among them are placed below first).
 	{5, []string{"internal/sandbox/local", "internal/sandbox/daytona", "internal/sandbox/kubernetes", "internal/store/sqlite", "internal/store/postgres",

@@ -28,6 +28,7 @@ import (
 	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/runner"
 	"github.com/agentrunner/runner/internal/store"
+	"github.com/agentrunner/runner/internal/store/pgcut"
 	"github.com/agentrunner/runner/internal/wire"
 )
 
@@ -186,18 +187,22 @@ func OpenPostgres(ctx context.Context, url string, cfg Config, turns Turns) (*Qu
 		// forever otherwise; River redials after every error.
 		pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
 	}
+	// River's broken connections would hold the pool's close up to 15 s
+	// each with a stalled server (pgcut).
+	cut := pgcut.New(pc.ConnConfig.DialFunc)
+	pc.ConnConfig.DialFunc = cut.Dial
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("jobs database: %w", err)
 	}
 	db := stdlib.OpenDBFromPool(pool)
+	closeDB := func() error { err := db.Close(); cut.Cut(); pool.Close(); return err }
 	q, err := open(ctx, riverpgxv5.New(pool), &table{db: db, pg: true}, cfg, turns, false)
 	if err != nil {
-		db.Close()
-		pool.Close()
+		_ = closeDB()
 		return nil, fmt.Errorf("jobs database: %w", err)
 	}
-	q.closeDB = func() error { err := db.Close(); pool.Close(); return err }
+	q.closeDB = closeDB
 	return q, nil
 }
 

@@ -13,9 +13,16 @@ import (
 // any DDL (a loaded server's first boot with 1 s took longer), Open
 // still brings the schema up.
 func TestMigrateOutlastsStatementTimeout(t *testing.T) {
-	st, err := postgres.Open(t.Context(), storetest.PostgresSchema(t), postgres.Options{StatementTimeout: time.Millisecond})
+	url := storetest.PostgresSchema(t)
+	st, err := postgres.Open(t.Context(), url, postgres.Options{StatementTimeout: time.Millisecond})
 	if err != nil {
 		t.Fatalf("Open with a 1 ms statement timeout: %v", err)
+	}
+	st.Close()
+	// Read back with the default timeout: 1 ms fails any query.
+	st, err = postgres.Open(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
 	}
 	defer st.Close()
 	if v := versions(t, st); len(v) == 0 {

@@ -13,14 +13,16 @@ import (
 
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/store"
+	"github.com/agentrunner/runner/internal/store/pgcut"
 	"github.com/agentrunner/runner/internal/store/sqlstore"
 )
 
 // Store is a store.Store in a PostgreSQL database.
 type Store struct {
 	pool *pgxpool.Pool
-	db   bounded // pool, every call under the statement timeout
-	name string  // for errors: host:port/database
+	cut  *pgcut.Cutter // the pool's connections, cut at Close
+	db   bounded       // pool, every call under the statement timeout
+	name string        // for errors: host:port/database
 }
 
 var (
@@ -75,6 +77,8 @@ func Open(ctx context.Context, url string, opts ...Options) (*Store, error) {
 	if _, ok := cfg.ConnConfig.RuntimeParams["statement_timeout"]; !ok {
 		cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(o.StatementTimeout.Milliseconds(), 10)
 	}
+	cut := pgcut.New(cfg.ConnConfig.DialFunc)
+	cfg.ConnConfig.DialFunc = cut.Dial
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
@@ -82,11 +86,12 @@ func Open(ctx context.Context, url string, opts ...Options) (*Store, error) {
 	mctx, cancel := context.WithTimeoutCause(ctx, migrateTimeout, errors.New("the schema migration did not finish within "+migrateTimeout.String()))
 	defer cancel()
 	if err := migrate(mctx, pool, migrations); err != nil {
+		cut.Cut()
 		pool.Close()
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	name := fmt.Sprintf("%s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
-	return &Store{pool: pool, db: bounded{pool: pool, timeout: o.StatementTimeout}, name: name}, nil
+	return &Store{pool: pool, cut: cut, db: bounded{pool: pool, timeout: o.StatementTimeout}, name: name}, nil
 }
 
 // String names the store in errors: the server and database, never the
@@ -103,8 +108,10 @@ func (s *Store) Probe(ctx context.Context) error {
 	return nil
 }
 
-// Close closes every connection of the pool.
+// Close closes every connection of the pool, without waiting for a
+// server that stopped answering (pgcut).
 func (s *Store) Close() error {
+	s.cut.Cut()
 	s.pool.Close()
 	return nil
 }
