@@ -24,6 +24,11 @@ var (
 	ErrUnauthorized = errors.New("unauthorized")
 	// ErrForbidden: valid credentials that do not cover the request (403).
 	ErrForbidden = errors.New("forbidden")
+	// ErrFenced: a write by a replica whose lease on the session another
+	// replica has since taken over; refused, nothing of it written (503:
+	// the session is served by its new owner, a retry reaches it). Not an
+	// ErrConflict: a refused outcome (ErrConflict) still writes its events.
+	ErrFenced = errors.New("fenced")
 )
 
 // classed is an error that carries a class for errors.Is without changing

@@ -54,6 +54,10 @@ type Session struct {
 	CreatedAt time.Time
 	// UpdatedAt changes on PutSession and BeginTurn, not on AppendEvents.
 	UpdatedAt time.Time
+	// Generation fences PutSession: when above 0, the write is refused
+	// (a *FencedError) once the session's lease generation is past it. It
+	// is not stored; read back as 0.
+	Generation int64
 }
 
 // Key is the session's key.
@@ -120,6 +124,11 @@ type Turn struct {
 	Error           string
 	// Owner is the id of the replica that runs the turn.
 	Owner string
+	// Generation fences the write (BeginTurn, EndTurn, the TurnWriter's):
+	// when above 0, it is refused (a *FencedError, nothing written) once
+	// the session's lease generation is past it. It is not stored; read
+	// back as 0.
+	Generation int64
 }
 
 // Key is the key of the turn's session.
@@ -304,6 +313,39 @@ func (r Replica) Validate() error {
 		return errdefs.Invalidf("replica: empty id")
 	}
 	return nil
+}
+
+// FencedError reports a write refused because the session's lease moved
+// past the writer's generation: another replica took the session over.
+// It wraps errdefs.ErrFenced.
+type FencedError struct {
+	ProjectID string
+	SessionID string
+	// Generation is the writer's.
+	Generation int64
+	// Holder is the lease as the refusal found it; its Owner is empty
+	// when the new owner has released it since.
+	Holder Lease
+}
+
+func (e *FencedError) Error() string {
+	by := "another replica"
+	if e.Holder.Owner != "" {
+		by = "replica " + e.Holder.Owner
+	}
+	return fmt.Sprintf("session %s was taken over by %s (lease generation %d, this writer's %d): the write was refused", SessionKey{ProjectID: e.ProjectID, SessionID: e.SessionID}, by, e.Holder.Generation, e.Generation)
+}
+
+func (e *FencedError) Unwrap() error { return errdefs.ErrFenced }
+
+// Fenced returns the *FencedError refusing a write of generation gen to
+// session k under the lease l, or nil when l does not refuse it: gen 0
+// (an unfenced write) or at or above l's generation.
+func Fenced(k SessionKey, gen int64, l Lease) error {
+	if gen <= 0 || l.Generation <= gen {
+		return nil
+	}
+	return &FencedError{ProjectID: k.ProjectID, SessionID: k.SessionID, Generation: gen, Holder: l}
 }
 
 // Resume is the state a paused turn resumes from (Resumes).

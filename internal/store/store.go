@@ -68,6 +68,10 @@ type Events interface {
 	// number of concurrent appenders. Seq in evs is ignored. An unknown
 	// session is ErrNotFound.
 	AppendEvents(ctx context.Context, k SessionKey, evs []Event) (last int64, err error)
+	// AppendFencedEvents is AppendEvents by a writer holding the session's
+	// lease at generation gen: refused (a *FencedError, nothing written)
+	// once the lease's generation is past gen. gen 0 is AppendEvents.
+	AppendFencedEvents(ctx context.Context, k SessionKey, gen int64, evs []Event) (last int64, err error)
 	// ReadEvents returns up to limit events with Seq > after, in order;
 	// limit <= 0 means all. An unknown session is ErrNotFound.
 	ReadEvents(ctx context.Context, k SessionKey, after int64, limit int) ([]Event, error)

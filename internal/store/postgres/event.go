@@ -14,23 +14,32 @@ import (
 // appenders) and inserts the events numbered from it, so the numbers are
 // gapless.
 func (s *Store) AppendEvents(ctx context.Context, k store.SessionKey, evs []store.Event) (int64, error) {
-	args, err := appendArgs(k, evs)
+	return s.AppendFencedEvents(ctx, k, 0, evs)
+}
+
+// AppendFencedEvents implements store.Events, in the one statement of
+// AppendEvents (sqlAppendEvents).
+func (s *Store) AppendFencedEvents(ctx context.Context, k store.SessionKey, gen int64, evs []store.Event) (int64, error) {
+	args, err := appendArgs(k, gen, evs)
 	if err != nil {
 		return 0, err
 	}
 	var last int64
 	err = s.db.QueryRow(ctx, sqlAppendEvents, args...).Scan(&last)
 	if err != nil {
-		return 0, fmt.Errorf("append events %s: %w", k, notFound(err))
+		return 0, fmt.Errorf("append events %s: %w", k, s.fencedOr(ctx, k, gen, err))
 	}
 	return last, nil
 }
 
 // sqlAppendEvents bumps the session's last_seq and inserts the events
-// numbered from it; no row when the session does not exist.
-const sqlAppendEvents = `
-WITH s AS (
-	UPDATE sessions SET last_seq = last_seq + cardinality($2::int[]) WHERE project_id = $5 AND id = $1 RETURNING last_seq
+// numbered from it; no row when the session does not exist or the write
+// is fenced ($6, fenceCTE).
+var sqlAppendEvents = `
+WITH ` + fenceCTE("$1", "$5") + `, s AS (
+	UPDATE sessions SET last_seq = last_seq + cardinality($2::int[])
+	WHERE project_id = $5 AND id = $1 AND NOT EXISTS (SELECT FROM fence WHERE generation > $6)
+	RETURNING last_seq
 ), ins AS (
 	INSERT INTO events (project_id, session_id, seq, turn_index, at, event)
 	SELECT $5, $1, s.last_seq - cardinality($2::int[]) + e.n, e.turn_index, e.at, e.event::json
@@ -38,8 +47,9 @@ WITH s AS (
 )
 SELECT last_seq FROM s`
 
-// appendArgs are sqlAppendEvents' arguments for evs.
-func appendArgs(k store.SessionKey, evs []store.Event) ([]any, error) {
+// appendArgs are sqlAppendEvents' arguments for evs written at lease
+// generation gen.
+func appendArgs(k store.SessionKey, gen int64, evs []store.Event) ([]any, error) {
 	turns := make([]int32, len(evs))
 	ats := make([]int64, len(evs))
 	data := make([]string, len(evs))
@@ -50,7 +60,7 @@ func appendArgs(k store.SessionKey, evs []store.Event) ([]any, error) {
 		}
 		turns[i], ats[i], data[i] = int32(e.TurnIndex), sqlstore.MS(e.Time), string(b)
 	}
-	return []any{k.SessionID, turns, ats, data, k.ProjectID}, nil
+	return []any{k.SessionID, turns, ats, data, k.ProjectID, fenceArg(gen)}, nil
 }
 
 // ReadEvents implements store.Events.

@@ -8,24 +8,27 @@ import (
 	"github.com/agentrunner/runner/internal/store/sqlstore"
 )
 
-// PutSession implements store.Sessions.
+// PutSession implements store.Sessions, in one statement: a fenced
+// write (in.Generation, fenceCTE) inserts or updates no row.
 func (s *Store) PutSession(ctx context.Context, in store.Session) (store.Session, error) {
 	if err := in.Validate(); err != nil {
 		return store.Session{}, err
 	}
 	out, err := sqlstore.ScanSession(s.db.QueryRow(ctx, `
+WITH `+fenceCTE("$1", "$2")+`
 INSERT INTO sessions (id, project_id, harness, status, sandbox_provider, sandbox_id,
 	agent_session_id, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
+SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, $8::bigint, $8::bigint
+WHERE NOT EXISTS (SELECT FROM fence WHERE generation > $9)
 ON CONFLICT (project_id, id) DO UPDATE SET
 	harness = excluded.harness, status = excluded.status,
 	sandbox_provider = excluded.sandbox_provider, sandbox_id = excluded.sandbox_id,
 	agent_session_id = excluded.agent_session_id, updated_at = excluded.updated_at
 RETURNING `+sqlstore.SessionCols,
 		in.ID, in.ProjectID, in.Harness, string(in.Status), in.SandboxProvider, in.SandboxID,
-		in.AgentSessionID, sqlstore.NowMS()))
+		in.AgentSessionID, sqlstore.NowMS(), fenceArg(in.Generation)))
 	if err != nil {
-		return store.Session{}, fmt.Errorf("put session %s: %w", in.Key(), err)
+		return store.Session{}, fmt.Errorf("put session %s: %w", in.Key(), s.fencedOr(ctx, in.Key(), in.Generation, err))
 	}
 	return out, nil
 }

@@ -14,36 +14,67 @@ import (
 )
 
 // The turn ledger's statements, shared with the TurnWriter's batches.
-const (
+var (
 	// sqlBeginTurn: the session update (which also locks the session
 	// row) and the insert in one statement; no row when the session does
-	// not exist.
+	// not exist or the write is fenced ($13).
 	sqlBeginTurn = `
-WITH s AS (
+WITH ` + fenceCTE("$1", "$12") + `, s AS (
 	UPDATE sessions SET last_turn_index = GREATEST(last_turn_index, $2), updated_at = $10
-	WHERE project_id = $12 AND id = $1 RETURNING project_id, id
+	WHERE project_id = $12 AND id = $1 AND NOT EXISTS (SELECT FROM fence WHERE generation > $13)
+	RETURNING project_id, id
 )
 INSERT INTO turns (` + sqlstore.TurnCols + `)
 SELECT s.project_id, s.id, $2, $3, $4, $5, $6, $7, $8, $9, 0, 0, 0, 0, 0, '', '', $11 FROM s
 RETURNING ` + sqlstore.TurnCols
-	// sqlEndTurn: no row when the turn is missing or already ended.
-	sqlEndTurn = `UPDATE turns SET
+	// sqlEndTurn: no row when the turn is missing or already ended, or
+	// the write is fenced ($15).
+	sqlEndTurn = `WITH ` + fenceCTE("$1", "$14") + `
+UPDATE turns SET
 	status = $3, ended_at = $4, input_tokens = $5, output_tokens = $6, total_tokens = $7, cost = $8,
 	stop_reason = $9, error = $10, agent_session_id = $11, sandbox_provider = $12, sandbox_id = $13
 WHERE project_id = $14 AND session_id = $1 AND turn_index = $2 AND status IN ('running', 'paused')
+	AND NOT EXISTS (SELECT FROM fence WHERE generation > $15)
 RETURNING ` + sqlstore.TurnCols
-	sqlTurnStatus = `SELECT status FROM turns WHERE project_id = $1 AND session_id = $2 AND turn_index = $3`
+	// sqlEndRefused tells why sqlEndTurn wrote no row, in one row: the
+	// turn's status (NULL: no such turn) and the session's lease
+	// generation (NULL: never leased).
+	sqlEndRefused = `SELECT t.status, l.generation, l.owner, l.expires_at FROM (SELECT 1) one
+LEFT JOIN turns t ON t.project_id = $1 AND t.session_id = $2 AND t.turn_index = $3
+LEFT JOIN leases l ON l.project_id = $1 AND l.session_id = $2`
 )
 
 func beginArgs(t store.Turn) []any {
 	return []any{t.SessionID, t.Index, t.TurnID, t.Harness, t.AgentSessionID, t.SandboxProvider,
-		t.SandboxID, string(store.TurnRunning), sqlstore.MS(t.StartedAt), sqlstore.NowMS(), t.Owner, t.ProjectID}
+		t.SandboxID, string(store.TurnRunning), sqlstore.MS(t.StartedAt), sqlstore.NowMS(), t.Owner, t.ProjectID,
+		fenceArg(t.Generation)}
 }
 
 func endArgs(t store.Turn) []any {
 	return []any{t.SessionID, t.Index,
 		string(t.Status), sqlstore.MS(t.EndedAt), t.Usage.Input, t.Usage.Output, t.Usage.Total, t.Usage.Cost,
-		t.StopReason, t.Error, t.AgentSessionID, t.SandboxProvider, t.SandboxID, t.ProjectID}
+		t.StopReason, t.Error, t.AgentSessionID, t.SandboxProvider, t.SandboxID, t.ProjectID, fenceArg(t.Generation)}
+}
+
+// endRefused reads sqlEndRefused's row as the error of t's refused
+// outcome: fenced, already ended (ErrConflict) or no such turn
+// (ErrNotFound).
+func endRefused(r pgx.Row, t store.Turn) error {
+	var status, owner *string
+	var gen, expires *int64
+	if err := r.Scan(&status, &gen, &owner, &expires); err != nil {
+		return err
+	}
+	if gen != nil {
+		l := store.Lease{ProjectID: t.ProjectID, SessionID: t.SessionID, Owner: *owner, Expires: sqlstore.FromMS(*expires), Generation: *gen}
+		if err := store.Fenced(t.Key(), t.Generation, l); err != nil {
+			return err
+		}
+	}
+	if status == nil {
+		return errdefs.ErrNotFound
+	}
+	return fmt.Errorf("already %s: %w", *status, errdefs.ErrConflict)
 }
 
 // BeginTurn implements store.Turns, in one statement (sqlBeginTurn).
@@ -56,7 +87,7 @@ func (s *Store) BeginTurn(ctx context.Context, t store.Turn) (store.Turn, error)
 		err = errdefs.ErrConflict
 	}
 	if err != nil {
-		return store.Turn{}, fmt.Errorf("begin turn %s/%d: %w", t.Key(), t.Index, notFound(err))
+		return store.Turn{}, fmt.Errorf("begin turn %s/%d: %w", t.Key(), t.Index, s.fencedOr(ctx, t.Key(), t.Generation, err))
 	}
 	return out, nil
 }
@@ -71,15 +102,12 @@ func (s *Store) EndTurn(ctx context.Context, t store.Turn) (store.Turn, error) {
 		return out, nil
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
-		// Tell a missing turn from one that has already ended; an ended
-		// turn never runs again, so no transaction is needed.
-		var status string
-		err = s.db.QueryRow(ctx, sqlTurnStatus, t.ProjectID, t.SessionID, t.Index).Scan(&status)
-		if err == nil {
-			err = fmt.Errorf("already %s: %w", status, errdefs.ErrConflict)
-		}
+		// Tell a fenced write, a missing turn and one that has already
+		// ended apart; an ended turn never runs again and a generation
+		// only grows, so no transaction is needed.
+		err = endRefused(s.db.QueryRow(ctx, sqlEndRefused, t.ProjectID, t.SessionID, t.Index), t)
 	}
-	return store.Turn{}, fmt.Errorf("end turn %s/%d: %w", t.Key(), t.Index, notFound(err))
+	return store.Turn{}, fmt.Errorf("end turn %s/%d: %w", t.Key(), t.Index, err)
 }
 
 // GetTurn implements store.Turns.

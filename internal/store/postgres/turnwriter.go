@@ -20,7 +20,7 @@ func (s *Store) BeginTurnWithEvents(ctx context.Context, t store.Turn, evs []sto
 	if err := t.ValidateBegin(); err != nil {
 		return 0, err
 	}
-	args, err := appendArgs(t.Key(), evs)
+	args, err := appendArgs(t.Key(), t.Generation, evs)
 	if err != nil {
 		return 0, err
 	}
@@ -35,7 +35,7 @@ func (s *Store) BeginTurnWithEvents(ctx context.Context, t store.Turn, evs []sto
 		return br.QueryRow().Scan(&last)
 	})
 	if err != nil {
-		return 0, fmt.Errorf("begin turn %s/%d: %w", t.Key(), t.Index, notFound(err))
+		return 0, fmt.Errorf("begin turn %s/%d: %w", t.Key(), t.Index, s.fencedOr(ctx, t.Key(), t.Generation, err))
 	}
 	return last, nil
 }
@@ -47,7 +47,7 @@ func (s *Store) EndTurnWithEvents(ctx context.Context, t store.Turn, evs []store
 	if err := t.ValidateEnd(); err != nil {
 		return store.Turn{}, 0, err
 	}
-	args, err := appendArgs(t.Key(), evs)
+	args, err := appendArgs(t.Key(), t.Generation, evs)
 	if err != nil {
 		return store.Turn{}, 0, err
 	}
@@ -59,16 +59,16 @@ func (s *Store) EndTurnWithEvents(ctx context.Context, t store.Turn, evs []store
 	var endErr error
 	err = s.db.sendBatch(ctx, &b, func(br pgx.BatchResults) error {
 		if err := br.QueryRow().Scan(&last); err != nil {
-			return err // no session: nothing was written
+			return err // no session, or fenced: nothing was written
 		}
-		out, endErr = readEnd(br)
+		out, endErr = readEnd(br, t)
 		if refusedEnd(endErr) {
 			return nil // the events stand
 		}
 		return endErr
 	})
 	if err != nil {
-		return store.Turn{}, 0, fmt.Errorf("end turn %s/%d: %w", t.Key(), t.Index, notFound(err))
+		return store.Turn{}, 0, fmt.Errorf("end turn %s/%d: %w", t.Key(), t.Index, s.fencedOr(ctx, t.Key(), t.Generation, err))
 	}
 	if endErr != nil {
 		return store.Turn{}, last, fmt.Errorf("end turn %s/%d: %w", t.Key(), t.Index, endErr)
@@ -85,7 +85,7 @@ func (s *Store) WriteTurnWithEvents(ctx context.Context, begin store.Turn, evs [
 	if err := end.ValidateEnd(); err != nil {
 		return store.Turn{}, 0, err
 	}
-	args, err := appendArgs(begin.Key(), evs)
+	args, err := appendArgs(begin.Key(), begin.Generation, evs)
 	if err != nil {
 		return store.Turn{}, 0, err
 	}
@@ -103,7 +103,7 @@ func (s *Store) WriteTurnWithEvents(ctx context.Context, begin store.Turn, evs [
 		if err := br.QueryRow().Scan(&last); err != nil {
 			return err
 		}
-		out, endErr = readEnd(br)
+		out, endErr = readEnd(br, end)
 		if refusedEnd(endErr) {
 			return nil // the begin and the events stand
 		}
@@ -111,7 +111,7 @@ func (s *Store) WriteTurnWithEvents(ctx context.Context, begin store.Turn, evs [
 	})
 	if err != nil {
 		// Nothing of it was written: the batch is one transaction.
-		return store.Turn{}, 0, fmt.Errorf("begin turn %s/%d: %w: %w", begin.Key(), begin.Index, store.ErrNotBegun, notFound(err))
+		return store.Turn{}, 0, fmt.Errorf("begin turn %s/%d: %w: %w", begin.Key(), begin.Index, store.ErrNotBegun, s.fencedOr(ctx, begin.Key(), begin.Generation, err))
 	}
 	if endErr != nil {
 		return store.Turn{}, last, fmt.Errorf("end turn %s/%d: %w", end.Key(), end.Index, endErr)
@@ -130,27 +130,26 @@ func readBegin(br pgx.BatchResults) error {
 	return err
 }
 
-// queueEnd queues the outcome t and the turn's status after it.
+// queueEnd queues the outcome t and, to tell why it may be refused,
+// sqlEndRefused after it.
 func queueEnd(b *pgx.Batch, t store.Turn) {
 	b.Queue(sqlEndTurn, endArgs(t)...)
-	b.Queue(sqlTurnStatus, t.ProjectID, t.SessionID, t.Index)
+	b.Queue(sqlEndRefused, t.ProjectID, t.SessionID, t.Index)
 }
 
-// readEnd reads queueEnd's results: the ended turn, or why it was
-// refused (ErrConflict: already ended; ErrNotFound: no such turn).
-func readEnd(br pgx.BatchResults) (store.Turn, error) {
+// readEnd reads queueEnd's results: the ended turn t, or why it was
+// refused (ErrConflict: already ended; ErrNotFound: no such turn; a
+// *store.FencedError).
+func readEnd(br pgx.BatchResults, t store.Turn) (store.Turn, error) {
 	out, err := sqlstore.ScanTurn(br.QueryRow())
-	var status string
-	serr := br.QueryRow().Scan(&status)
+	refusal := endRefused(br.QueryRow(), t)
 	switch {
 	case err == nil:
 		return out, nil
 	case !errors.Is(err, pgx.ErrNoRows):
 		return store.Turn{}, err
-	case serr == nil:
-		return store.Turn{}, fmt.Errorf("already %s: %w", status, errdefs.ErrConflict)
 	}
-	return store.Turn{}, notFound(serr)
+	return store.Turn{}, refusal
 }
 
 func refusedEnd(err error) bool {

@@ -22,6 +22,7 @@ const insertChunk = 8
 type appendReq struct {
 	ctx     context.Context
 	session store.SessionKey
+	gen     int64 // the writer's lease generation: the fence (0: none)
 	evs     []store.Event
 	data    []string // evs[i].Event as JSON
 	last    int64
@@ -51,6 +52,16 @@ func (s *Store) AppendEvents(ctx context.Context, k store.SessionKey, evs []stor
 	return req.last, s.appendAndWait(req)
 }
 
+// AppendFencedEvents implements store.Events, queued like AppendEvents.
+func (s *Store) AppendFencedEvents(ctx context.Context, k store.SessionKey, gen int64, evs []store.Event) (int64, error) {
+	req, err := newAppendReq(ctx, k, evs)
+	if err != nil {
+		return 0, err
+	}
+	req.gen = gen
+	return req.last, s.appendAndWait(req)
+}
+
 // EndTurnWithEvents implements store.TurnWriter: the request is queued
 // like AppendEvents, so it shares its commit with the
 // appends of other sessions.
@@ -62,7 +73,7 @@ func (s *Store) EndTurnWithEvents(ctx context.Context, t store.Turn, evs []store
 	if err != nil {
 		return store.Turn{}, 0, err
 	}
-	req.end = &t
+	req.end, req.gen = &t, t.Generation
 	if err := s.appendAndWait(req); err != nil {
 		return store.Turn{}, 0, err
 	}
@@ -81,7 +92,7 @@ func (s *Store) BeginTurnWithEvents(ctx context.Context, t store.Turn, evs []sto
 	if err != nil {
 		return 0, err
 	}
-	req.begin = &t
+	req.begin, req.gen = &t, t.Generation
 	if err := s.appendAndWait(req); err != nil {
 		return 0, fmt.Errorf("begin turn %s/%d: %w", t.Key(), t.Index, err)
 	}
@@ -101,7 +112,7 @@ func (s *Store) WriteTurnWithEvents(ctx context.Context, begin store.Turn, evs [
 	if err != nil {
 		return store.Turn{}, 0, err
 	}
-	req.begin, req.end = &begin, &end
+	req.begin, req.end, req.gen = &begin, &end, max(begin.Generation, end.Generation)
 	if err := s.appendAndWait(req); err != nil {
 		return store.Turn{}, 0, fmt.Errorf("begin turn %s/%d: %w: %w", begin.Key(), begin.Index, store.ErrNotBegun, err)
 	}
@@ -205,6 +216,12 @@ func (s *Store) commitGroup(group []*appendReq) {
 			if req.err = req.ctx.Err(); req.err != nil {
 				continue
 			}
+			if req.err = s.fence(context.Background(), tx, req.session, req.gen); req.err != nil {
+				if errors.Is(req.err, errdefs.ErrFenced) {
+					continue // refused: nothing of it is written
+				}
+				return req.err
+			}
 			whole := req.begin != nil && req.end != nil && req.end.Key() == req.begin.Key() && req.end.Index == req.begin.Index
 			if req.begin != nil {
 				row := *req.begin
@@ -225,7 +242,9 @@ func (s *Store) commitGroup(group []*appendReq) {
 			}
 			if req.end != nil && !whole {
 				// The outcome first: a missing session fails here alone.
-				req.ended, req.endErr = s.endTurn(context.Background(), tx, *req.end)
+				end := *req.end
+				end.Generation = 0 // fenced above
+				req.ended, req.endErr = s.endTurn(context.Background(), tx, end)
 				if req.endErr != nil && !errors.Is(req.endErr, errdefs.ErrConflict) && !errors.Is(req.endErr, errdefs.ErrNotFound) {
 					return req.endErr
 				}
@@ -293,6 +312,7 @@ func (s *Store) beginInGroup(tx *sql.Tx, t store.Turn) error {
 // would leave its row, times at the store's millisecond.
 func endedTurn(begin, end store.Turn) store.Turn {
 	t := begin
+	t.Generation = 0 // a write's condition, not stored
 	t.Status, t.EndedAt, t.Usage, t.StopReason, t.Error = end.Status, end.EndedAt, end.Usage, end.StopReason, end.Error
 	t.AgentSessionID, t.SandboxProvider, t.SandboxID = end.AgentSessionID, end.SandboxProvider, end.SandboxID
 	t.StartedAt, t.EndedAt = sqlstore.FromMS(sqlstore.MS(t.StartedAt)), sqlstore.FromMS(sqlstore.MS(t.EndedAt))

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 
 	"github.com/agentrunner/runner/internal/store"
@@ -14,7 +15,13 @@ func (s *Store) PutSession(ctx context.Context, in store.Session) (store.Session
 		return store.Session{}, err
 	}
 	t := sqlstore.NowMS()
-	out, err := sqlstore.ScanSession(s.w.QueryRowContext(ctx, `
+	var out store.Session
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := s.fence(ctx, tx, in.Key(), in.Generation); err != nil {
+			return err
+		}
+		var err error
+		out, err = sqlstore.ScanSession(tx.QueryRowContext(ctx, `
 INSERT INTO sessions (id, project_id, harness, status, sandbox_provider, sandbox_id,
 	agent_session_id, created_at, updated_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -25,6 +32,8 @@ ON CONFLICT (project_id, id) DO UPDATE SET
 RETURNING `+sqlstore.SessionCols,
 		in.ID, in.ProjectID, in.Harness, string(in.Status), in.SandboxProvider, in.SandboxID,
 		in.AgentSessionID, t, t))
+		return err
+	})
 	if err != nil {
 		return store.Session{}, fmt.Errorf("put session %s: %w", in.Key(), err)
 	}

@@ -41,6 +41,7 @@ type Store struct {
 	stmts        struct {
 		beginSession, insertTurn, endTurn *sql.Stmt
 		insertTurnRow, bumpBegin          *sql.Stmt // a turn begun in a group
+		lease                             *sql.Stmt // a fenced write's check
 	}
 
 	// appendMu guards the queue of AppendEvents calls and who commits it.
@@ -137,6 +138,7 @@ func open(ctx context.Context, path string) (_ *Store, err error) {
 		{&s.stmts.insertTurn, sqlInsertTurn},
 		{&s.stmts.endTurn, sqlEndTurn},
 		{&s.stmts.insertTurnRow, sqlInsertTurnRow},
+		{&s.stmts.lease, `SELECT ` + sqlstore.LeaseCols + ` FROM leases WHERE project_id = ? AND session_id = ?`},
 		{&s.stmts.bumpBegin, `UPDATE sessions SET last_seq = last_seq + ?, last_turn_index = max(last_turn_index, ?), updated_at = ? WHERE project_id = ? AND id = ? RETURNING last_seq`},
 	} {
 		if *st.dst, err = s.w.PrepareContext(ctx, st.query); err != nil {
@@ -236,6 +238,23 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		return err
 	}
 	return tx.Commit()
+}
+
+// fence returns the *store.FencedError refusing a write of generation
+// gen to session k, or nil. It reads the lease in tx, the write's own
+// transaction: the one writer connection orders it before any takeover.
+func (s *Store) fence(ctx context.Context, tx *sql.Tx, k store.SessionKey, gen int64) error {
+	if gen <= 0 {
+		return nil
+	}
+	l, err := sqlstore.ScanLease(tx.StmtContext(ctx, s.stmts.lease).QueryRowContext(ctx, k.ProjectID, k.SessionID), k)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil // never leased: nobody took it over
+	}
+	if err != nil {
+		return err
+	}
+	return store.Fenced(k, gen, l)
 }
 
 // isUnique reports a PRIMARY KEY or UNIQUE constraint violation.

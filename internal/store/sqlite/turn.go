@@ -48,6 +48,9 @@ func (s *Store) EndTurn(ctx context.Context, t store.Turn) (store.Turn, error) {
 
 // beginTurn records t as running in tx.
 func (s *Store) beginTurn(ctx context.Context, tx *sql.Tx, t store.Turn) (store.Turn, error) {
+	if err := s.fence(ctx, tx, t.Key(), t.Generation); err != nil {
+		return store.Turn{}, err
+	}
 	var id string
 	err := tx.StmtContext(ctx, s.stmts.beginSession).QueryRowContext(ctx, t.Index, sqlstore.NowMS(), t.ProjectID, t.SessionID).Scan(&id)
 	if err != nil {
@@ -64,6 +67,9 @@ func (s *Store) beginTurn(ctx context.Context, tx *sql.Tx, t store.Turn) (store.
 
 // endTurn records t's outcome in tx.
 func (s *Store) endTurn(ctx context.Context, tx *sql.Tx, t store.Turn) (store.Turn, error) {
+	if err := s.fence(ctx, tx, t.Key(), t.Generation); err != nil {
+		return store.Turn{}, err
+	}
 	out, err := sqlstore.ScanTurn(tx.StmtContext(ctx, s.stmts.endTurn).QueryRowContext(ctx,
 		string(t.Status), sqlstore.MS(t.EndedAt), t.Usage.Input, t.Usage.Output, t.Usage.Total, t.Usage.Cost,
 		t.StopReason, t.Error, t.AgentSessionID, t.SandboxProvider, t.SandboxID,

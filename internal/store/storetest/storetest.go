@@ -35,6 +35,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"TakeOver", testTakeOver},
 		{"TakeOverRace", testTakeOverRace},
 		{"Replicas", testReplicas},
+		{"Fencing", testFencing},
+		{"FenceRace", testFenceRace},
 		{"Cancelled", testCancelled},
 		{"Resumes", testResumes},
 	}
