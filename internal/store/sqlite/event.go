@@ -216,12 +216,6 @@ func (s *Store) commitGroup(group []*appendReq) {
 			if req.err = req.ctx.Err(); req.err != nil {
 				continue
 			}
-			if req.err = s.fence(context.Background(), tx, req.session, req.gen); req.err != nil {
-				if errors.Is(req.err, errdefs.ErrFenced) {
-					continue // refused: nothing of it is written
-				}
-				return req.err
-			}
 			whole := req.begin != nil && req.end != nil && req.end.Key() == req.begin.Key() && req.end.Index == req.begin.Index
 			if req.begin != nil {
 				row := *req.begin
@@ -230,8 +224,8 @@ func (s *Store) commitGroup(group []*appendReq) {
 					// ended, with no update of it.
 					row = endedTurn(row, *req.end)
 				}
-				if req.err = s.beginInGroup(tx, row); req.err != nil {
-					if errors.Is(req.err, errdefs.ErrNotFound) || errors.Is(req.err, errdefs.ErrConflict) {
+				if req.err = s.beginInGroup(tx, row, req.gen); req.err != nil {
+					if errors.Is(req.err, errdefs.ErrNotFound) || errors.Is(req.err, errdefs.ErrConflict) || errors.Is(req.err, errdefs.ErrFenced) {
 						continue // refused: nothing of it was written
 					}
 					return req.err
@@ -241,22 +235,35 @@ func (s *Store) commitGroup(group []*appendReq) {
 				}
 			}
 			if req.end != nil && !whole {
-				// The outcome first: a missing session fails here alone.
+				// The outcome first: a missing session fails here alone,
+				// and so does a fenced write.
 				end := *req.end
-				end.Generation = 0 // fenced above
+				end.Generation = req.gen
 				req.ended, req.endErr = s.endTurn(context.Background(), tx, end)
+				if errors.Is(req.endErr, errdefs.ErrFenced) {
+					req.err, req.endErr = req.endErr, nil // nothing of it is written
+					continue
+				}
 				if req.endErr != nil && !errors.Is(req.endErr, errdefs.ErrConflict) && !errors.Is(req.endErr, errdefs.ErrNotFound) {
 					return req.endErr
 				}
 			}
+			// A begin or an outcome passed the fence already: the one
+			// writer connection keeps any takeover out until commit.
 			var err error
-			if req.begin != nil {
+			switch {
+			case req.begin != nil:
 				err = tx.Stmt(s.stmts.bumpBegin).QueryRow(len(req.evs), req.begin.Index, sqlstore.NowMS(), req.session.ProjectID, req.session.SessionID).Scan(&req.last)
-			} else {
-				err = bump.QueryRow(len(req.evs), req.session.ProjectID, req.session.SessionID).Scan(&req.last)
+			case req.end != nil:
+				err = bump.QueryRow(len(req.evs), req.session.ProjectID, req.session.SessionID, fenceArg(0)).Scan(&req.last)
+			default:
+				err = bump.QueryRow(len(req.evs), req.session.ProjectID, req.session.SessionID, fenceArg(req.gen)).Scan(&req.last)
 			}
 			if errors.Is(err, sql.ErrNoRows) {
-				req.err = errdefs.ErrNotFound // nothing was written
+				req.err = s.refusal(context.Background(), tx, req.session, req.gen, errdefs.ErrNotFound) // nothing was written
+				if !errors.Is(req.err, errdefs.ErrNotFound) && !errors.Is(req.err, errdefs.ErrFenced) {
+					return req.err
+				}
 				continue
 			}
 			if err != nil {
@@ -291,21 +298,27 @@ func (s *Store) commitGroup(group []*appendReq) {
 // key tells), it writes nothing, and the rest of the group commits. The
 // session row's turn index moves with the request's sequence bump
 // (bumpBegin).
-func (s *Store) beginInGroup(tx *sql.Tx, t store.Turn) error {
+func (s *Store) beginInGroup(tx *sql.Tx, t store.Turn, gen int64) error {
 	status := t.Status
 	if status == "" {
 		status = store.TurnRunning
 	}
-	_, err := tx.Stmt(s.stmts.insertTurnRow).Exec(t.ProjectID, t.SessionID, t.Index, t.TurnID, t.Harness, t.AgentSessionID,
+	res, err := tx.Stmt(s.stmts.insertTurnRow).Exec(t.ProjectID, t.SessionID, t.Index, t.TurnID, t.Harness, t.AgentSessionID,
 		t.SandboxProvider, t.SandboxID, string(status), sqlstore.MS(t.StartedAt), sqlstore.MS(t.EndedAt),
-		t.Usage.Input, t.Usage.Output, t.Usage.Total, t.Usage.Cost, t.StopReason, t.Error, t.Owner)
+		t.Usage.Input, t.Usage.Output, t.Usage.Total, t.Usage.Cost, t.StopReason, t.Error, t.Owner,
+		t.ProjectID, t.SessionID, fenceArg(gen))
 	switch {
 	case isUnique(err):
 		return errdefs.ErrConflict
 	case isForeignKey(err):
 		return errdefs.ErrNotFound
+	case err != nil:
+		return err
 	}
-	return err
+	if n, err := res.RowsAffected(); err != nil || n > 0 {
+		return err
+	}
+	return s.refusal(context.Background(), tx, t.Key(), gen, errdefs.ErrNotFound)
 }
 
 // endedTurn is begin with the outcome end recorded, as endTurn's update

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -133,7 +134,7 @@ func open(ctx context.Context, path string) (_ *Store, err error) {
 		dst   **sql.Stmt
 		query string
 	}{
-		{&s.bumpSeq, `UPDATE sessions SET last_seq = last_seq + ? WHERE project_id = ? AND id = ? RETURNING last_seq`},
+		{&s.bumpSeq, `UPDATE sessions SET last_seq = last_seq + ?1 WHERE project_id = ?2 AND id = ?3 AND ` + fencedBy("?2", "?3", "?4") + ` RETURNING last_seq`},
 		{&s.stmts.beginSession, sqlBeginSession},
 		{&s.stmts.insertTurn, sqlInsertTurn},
 		{&s.stmts.endTurn, sqlEndTurn},
@@ -240,21 +241,48 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return tx.Commit()
 }
 
-// fence returns the *store.FencedError refusing a write of generation
-// gen to session k, or nil. It reads the lease in tx, the write's own
-// transaction: the one writer connection orders it before any takeover.
-func (s *Store) fence(ctx context.Context, tx *sql.Tx, k store.SessionKey, gen int64) error {
+// fencedBy is the condition a fenced statement writes under: the
+// session's lease (the statement's placeholders of its project, session
+// and the writer's generation as fenceArg spells it) has not moved past
+// the writer. The one writer connection keeps any takeover out of the
+// transaction until it commits.
+func fencedBy(project, session, gen string) string {
+	return `NOT EXISTS (SELECT 1 FROM leases WHERE project_id = ` + project + ` AND session_id = ` + session + ` AND generation > ` + gen + `)`
+}
+
+// fenceArg is a writer's generation as sqlFenced compares it: an
+// unfenced write (0) passes every lease.
+func fenceArg(gen int64) int64 {
 	if gen <= 0 {
-		return nil
+		return math.MaxInt64
+	}
+	return gen
+}
+
+// fence returns the *store.FencedError refusing a write of generation
+// gen to session k, or nil, for the statements that do not test
+// sqlFenced themselves. It reads the lease in tx, the write's own.
+func (s *Store) fence(ctx context.Context, tx *sql.Tx, k store.SessionKey, gen int64) error {
+	return s.refusal(ctx, tx, k, gen, nil)
+}
+
+// refusal tells why a fenced statement of generation gen wrote no row:
+// the *store.FencedError when the lease has moved past gen, else other.
+func (s *Store) refusal(ctx context.Context, tx *sql.Tx, k store.SessionKey, gen int64, other error) error {
+	if gen <= 0 {
+		return other
 	}
 	l, err := sqlstore.ScanLease(tx.StmtContext(ctx, s.stmts.lease).QueryRowContext(ctx, k.ProjectID, k.SessionID), k)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil // never leased: nobody took it over
+		return other // never leased: nobody took it over
 	}
 	if err != nil {
 		return err
 	}
-	return store.Fenced(k, gen, l)
+	if f := store.Fenced(k, gen, l); f != nil {
+		return f
+	}
+	return other
 }
 
 // isUnique reports a PRIMARY KEY or UNIQUE constraint violation.

@@ -48,13 +48,13 @@ func (s *Store) EndTurn(ctx context.Context, t store.Turn) (store.Turn, error) {
 
 // beginTurn records t as running in tx.
 func (s *Store) beginTurn(ctx context.Context, tx *sql.Tx, t store.Turn) (store.Turn, error) {
-	if err := s.fence(ctx, tx, t.Key(), t.Generation); err != nil {
-		return store.Turn{}, err
-	}
 	var id string
-	err := tx.StmtContext(ctx, s.stmts.beginSession).QueryRowContext(ctx, t.Index, sqlstore.NowMS(), t.ProjectID, t.SessionID).Scan(&id)
+	err := tx.StmtContext(ctx, s.stmts.beginSession).QueryRowContext(ctx, t.Index, sqlstore.NowMS(), t.ProjectID, t.SessionID, fenceArg(t.Generation)).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Turn{}, s.refusal(ctx, tx, t.Key(), t.Generation, errdefs.ErrNotFound)
+	}
 	if err != nil {
-		return store.Turn{}, notFound(err)
+		return store.Turn{}, err
 	}
 	out, err := sqlstore.ScanTurn(tx.StmtContext(ctx, s.stmts.insertTurn).QueryRowContext(ctx,
 		t.ProjectID, t.SessionID, t.Index, t.TurnID, t.Harness, t.AgentSessionID, t.SandboxProvider,
@@ -67,15 +67,15 @@ func (s *Store) beginTurn(ctx context.Context, tx *sql.Tx, t store.Turn) (store.
 
 // endTurn records t's outcome in tx.
 func (s *Store) endTurn(ctx context.Context, tx *sql.Tx, t store.Turn) (store.Turn, error) {
-	if err := s.fence(ctx, tx, t.Key(), t.Generation); err != nil {
-		return store.Turn{}, err
-	}
 	out, err := sqlstore.ScanTurn(tx.StmtContext(ctx, s.stmts.endTurn).QueryRowContext(ctx,
 		string(t.Status), sqlstore.MS(t.EndedAt), t.Usage.Input, t.Usage.Output, t.Usage.Total, t.Usage.Cost,
 		t.StopReason, t.Error, t.AgentSessionID, t.SandboxProvider, t.SandboxID,
-		t.ProjectID, t.SessionID, t.Index))
+		t.ProjectID, t.SessionID, t.Index, fenceArg(t.Generation)))
 	if !errors.Is(err, sql.ErrNoRows) {
 		return out, err
+	}
+	if err := s.fence(ctx, tx, t.Key(), t.Generation); err != nil {
+		return store.Turn{}, err
 	}
 	// Tell a missing turn from one that has already ended.
 	var status string
@@ -89,17 +89,19 @@ func (s *Store) endTurn(ctx context.Context, tx *sql.Tx, t store.Turn) (store.Tu
 
 // The turn ledger's statements, prepared once on the write connection:
 // parsing the SQL cost more than running it.
-const (
+var (
 	sqlBeginSession = `UPDATE sessions
-SET last_turn_index = max(last_turn_index, ?), updated_at = ? WHERE project_id = ? AND id = ? RETURNING id`
+SET last_turn_index = max(last_turn_index, ?), updated_at = ? WHERE project_id = ? AND id = ? AND ` + fencedBy("?3", "?4", "?5") + ` RETURNING id`
+	// sqlInsertTurnRow writes no row when fenced (the project, session and
+	// generation follow the row's values).
 	sqlInsertTurnRow = `INSERT INTO turns (` + sqlstore.TurnCols + `)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE ` + fencedBy("?", "?", "?")
 	sqlInsertTurn = `INSERT INTO turns (` + sqlstore.TurnCols + `)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, 0, 0, 0, '', '', ?) RETURNING ` + sqlstore.TurnCols
 	sqlEndTurn = `UPDATE turns SET
 	status = ?, ended_at = ?, input_tokens = ?, output_tokens = ?, total_tokens = ?, cost = ?,
 	stop_reason = ?, error = ?, agent_session_id = ?, sandbox_provider = ?, sandbox_id = ?
-WHERE project_id = ? AND session_id = ? AND turn_index = ? AND status IN ('running', 'paused')
+WHERE project_id = ? AND session_id = ? AND turn_index = ? AND status IN ('running', 'paused') AND ` + fencedBy("?12", "?13", "?15") + `
 RETURNING ` + sqlstore.TurnCols
 )
 

@@ -10,7 +10,8 @@ import (
 	"github.com/agentrunner/runner/internal/wire"
 )
 
-// Bench measures event append throughput, reported as events/s. open
+// Bench measures event append throughput, reported as events/s, of
+// appends fenced as a turn's are (AppendFencedEvents). open
 // must return a new, empty store for each sub-benchmark and close it when
 // b ends. Sub-benchmarks: one appender with batches of 1, 10 and 100
 // events (a batch is one transaction), and 8×GOMAXPROCS parallel
@@ -19,11 +20,11 @@ func Bench(b *testing.B, open func(b *testing.B) store.Store) {
 	for _, n := range []int{1, 10, 100} {
 		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {
 			st := open(b)
-			session := newBenchSession(b, st, "s")
+			session, gen := newBenchSession(b, st, "s")
 			evs := benchEvents(n)
 			b.ResetTimer()
 			for b.Loop() {
-				if _, err := st.AppendEvents(b.Context(), session, evs); err != nil {
+				if _, err := st.AppendFencedEvents(b.Context(), session, gen, evs); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -38,9 +39,9 @@ func Bench(b *testing.B, open func(b *testing.B) store.Store) {
 			b.SetParallelism(8)
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
-				session := newBenchSession(b, st, fmt.Sprintf("s%d", next.Add(1)))
+				session, gen := newBenchSession(b, st, fmt.Sprintf("s%d", next.Add(1)))
 				for pb.Next() {
-					if _, err := st.AppendEvents(b.Context(), session, evs); err != nil {
+					if _, err := st.AppendFencedEvents(b.Context(), session, gen, evs); err != nil {
 						b.Error(err)
 						return
 					}
@@ -54,7 +55,8 @@ func Bench(b *testing.B, open func(b *testing.B) store.Store) {
 // BenchWriteTurn measures a warm turn's ledger and log writes: its begin,
 // the nine events a short text turn logs, and its outcome. one: in one
 // TurnWriter.WriteTurnWithEvents (skipped without one); apart: BeginTurn,
-// then EndTurn and AppendEvents, as for a store without it.
+// then EndTurn and AppendFencedEvents, as for a store without it. Every
+// write is fenced by the lease generation, as a turn's are.
 func BenchWriteTurn(b *testing.B, open func(b *testing.B) store.Store) {
 	evs := []store.Event{
 		{Event: wire.Event{Type: wire.EventMessage, Role: "user", Text: "hello 1"}},
@@ -69,12 +71,12 @@ func BenchWriteTurn(b *testing.B, open func(b *testing.B) store.Store) {
 	}
 	run := func(b *testing.B, write func(st store.Store, begin, end store.Turn) error) {
 		st := open(b)
-		session := newBenchSession(b, st, "s")
+		session, gen := newBenchSession(b, st, "s")
 		i := 0
 		for b.Loop() {
 			i++
 			now := time.Now()
-			begin := store.Turn{ProjectID: session.ProjectID, SessionID: session.SessionID, Index: i, Harness: "fake", StartedAt: now, Owner: "r"}
+			begin := store.Turn{ProjectID: session.ProjectID, SessionID: session.SessionID, Index: i, Harness: "fake", StartedAt: now, Owner: "r", Generation: gen}
 			end := begin
 			end.Status, end.EndedAt, end.StopReason = store.TurnCompleted, now, "end_turn"
 			if err := write(st, begin, end); err != nil {
@@ -100,17 +102,23 @@ func BenchWriteTurn(b *testing.B, open func(b *testing.B) store.Store) {
 			if _, err := st.EndTurn(b.Context(), end); err != nil {
 				return err
 			}
-			_, err := st.AppendEvents(b.Context(), begin.Key(), evs)
+			_, err := st.AppendFencedEvents(b.Context(), begin.Key(), begin.Generation, evs)
 			return err
 		})
 	})
 }
 
-func newBenchSession(b *testing.B, st store.Store, id string) store.SessionKey {
-	if _, err := st.PutSession(b.Context(), store.Session{ID: id, Status: store.SessionActive}); err != nil {
+// newBenchSession creates session id, leased as a turn's writer holds
+// it, and returns its key and the lease generation its writes carry.
+func newBenchSession(b *testing.B, st store.Store, id string) (store.SessionKey, int64) {
+	l, err := st.AcquireLease(b.Context(), sk(id), "r", time.Now(), time.Hour)
+	if err != nil {
 		b.Fatal(err)
 	}
-	return sk(id)
+	if _, err := st.PutSession(b.Context(), store.Session{ID: id, Status: store.SessionActive, Generation: l.Generation}); err != nil {
+		b.Fatal(err)
+	}
+	return sk(id), l.Generation
 }
 
 // benchEvents is n streamed text deltas, the most common event.
