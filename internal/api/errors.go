@@ -29,7 +29,9 @@ func statusOf(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, errdefs.ErrExhausted):
 		return http.StatusTooManyRequests
-	case errors.Is(err, errdefs.ErrUnavailable):
+	case errors.Is(err, errdefs.ErrUnavailable), errors.Is(err, errdefs.ErrFenced):
+		// Fenced: another replica took the session over while this one
+		// ran the turn; the session is served there, so a retry succeeds.
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError

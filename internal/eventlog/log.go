@@ -30,6 +30,7 @@ type Log struct {
 	begun   chan struct{}   // closed once begin is committed (or failed)
 	drainer sync.WaitGroup  // the drainer running now, if any
 	saved   func(seq int64) // told the last sequence number of each commit
+	gen     int64           // the fence of its appends
 
 	// mu guards the following.
 	mu       sync.Mutex
@@ -69,6 +70,11 @@ type Options struct {
 	// the first batch's transaction, beside the harness, instead of in a
 	// commit of its own before it.
 	Begin *store.Turn
+	// Generation is the session lease's generation the turn holds: every
+	// append carries it (Events.AppendFencedEvents), and the store refuses
+	// them once another replica has taken the session over. The begin and
+	// the outcome carry their own (store.Turn.Generation). 0: unfenced.
+	Generation int64
 	// Delay is how long the first pending event waits before a drainer
 	// starts (DefaultCommitDelay when zero).
 	Delay time.Duration
@@ -84,7 +90,7 @@ func New(st Ledger, session store.SessionKey, o Options) *Log {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	l := &Log{st: st, session: session, log: o.Log, delay: o.Delay, saved: o.Saved, begun: make(chan struct{}), begin: o.Begin}
+	l := &Log{st: st, session: session, log: o.Log, delay: o.Delay, saved: o.Saved, gen: o.Generation, begun: make(chan struct{}), begin: o.Begin}
 	if o.Begin == nil {
 		close(l.begun)
 	}
@@ -208,15 +214,18 @@ func (l *Log) commit(ctx context.Context, batch []store.Event, begin, end *store
 		return last, err
 	}
 	if end == nil {
-		return l.st.AppendEvents(ctx, l.session, batch)
+		return l.st.AppendFencedEvents(ctx, l.session, l.gen, batch)
 	}
 	if tw, ok := l.st.(store.TurnWriter); ok {
 		_, last, err := tw.EndTurnWithEvents(ctx, *end, batch)
 		return last, l.ended(err)
 	}
 	_, err := l.st.EndTurn(ctx, *end)
+	if errors.Is(err, errdefs.ErrFenced) {
+		return 0, err // nor are the events: the session is another's
+	}
 	_ = l.ended(err) // the events are appended whatever the outcome's fate
-	return l.st.AppendEvents(ctx, l.session, batch)
+	return l.st.AppendFencedEvents(ctx, l.session, l.gen, batch)
 }
 
 // ended records err, the outcome's write error, and returns the log's:

@@ -58,6 +58,7 @@ func TestLogConformance(t *testing.T) {
 		{"FailurePropagates", testFailurePropagates},
 		{"RefusedBegin", testRefusedBegin},
 		{"RefusedOutcome", testRefusedOutcome},
+		{"FencedAfterTakeover", testFencedAfterTakeover},
 	}
 	for name, open := range stores {
 		t.Run(name, func(t *testing.T) {
@@ -303,6 +304,57 @@ func testRefusedBegin(t *testing.T, st store.Store) {
 	}
 }
 
+// A turn whose session another replica takes over commits nothing after
+// the takeover, outcome included, and Finish reports it fenced, not
+// refused: unlike a refused outcome, the events are not written either.
+func testFencedAfterTakeover(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	l0, err := st.AcquireLease(ctx, sk, "r1", t0, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	session(t, st)
+	b := begin()
+	b.Generation = l0.Generation
+	sv := &saves{t: t, st: st, ch: make(chan int64, 64)}
+	ws := &appends{Store: st, errs: make(chan error, 64)}
+	l := eventlog.New(ws, sk, eventlog.Options{Begin: b, Generation: l0.Generation, Delay: time.Nanosecond, Saved: sv.saved})
+	for seq := int64(1); seq <= 10; seq++ {
+		l.Add(ev(seq))
+	}
+	for seq := range sv.ch {
+		if seq == 10 {
+			break
+		}
+	}
+	if _, err := st.TakeOverLease(ctx, sk, "r2", l0, t0, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for len(ws.errs) > 0 {
+		<-ws.errs // the appends before the takeover
+	}
+	// The drainer's next append, in the turn's middle, is refused.
+	l.Add(ev(11))
+	if err := <-ws.errs; !errors.Is(err, errdefs.ErrFenced) {
+		t.Fatalf("append after the takeover: %v, want it fenced", err)
+	}
+	for seq := int64(12); seq <= 20; seq++ {
+		l.Add(ev(seq))
+	}
+	end := outcome()
+	end.Generation = l0.Generation
+	endErr, err := l.Finish(done(21), end)
+	if !errors.Is(err, errdefs.ErrFenced) {
+		t.Fatalf("Finish: outcome %v, log %v; want the log fenced", endErr, err)
+	}
+	if diff := cmp.Diff(want(1, 10, false), logged(t, st)); diff != "" {
+		t.Fatalf("log (-want +got):\n%s", diff)
+	}
+	if s := status(t, st); s != store.TurnRunning {
+		t.Fatalf("turn %s, want %s: a fenced outcome is not written", s, store.TurnRunning)
+	}
+}
+
 // A refused outcome (the first one stands) still logs the events, and
 // only Finish's first result reports it.
 func testRefusedOutcome(t *testing.T, st store.Store) {
@@ -329,6 +381,33 @@ func testRefusedOutcome(t *testing.T, st store.Store) {
 	}
 }
 
+// appends is a real store that reports the result of each of its
+// middle-of-turn appends on errs.
+type appends struct {
+	store.Store
+	errs chan error
+}
+
+var _ store.TurnWriter = (*appends)(nil)
+
+func (a *appends) AppendFencedEvents(ctx context.Context, k store.SessionKey, gen int64, evs []store.Event) (int64, error) {
+	last, err := a.Store.AppendFencedEvents(ctx, k, gen, evs)
+	a.errs <- err
+	return last, err
+}
+
+func (a *appends) BeginTurnWithEvents(ctx context.Context, t store.Turn, evs []store.Event) (int64, error) {
+	return a.Store.(store.TurnWriter).BeginTurnWithEvents(ctx, t, evs)
+}
+
+func (a *appends) EndTurnWithEvents(ctx context.Context, t store.Turn, evs []store.Event) (store.Turn, int64, error) {
+	return a.Store.(store.TurnWriter).EndTurnWithEvents(ctx, t, evs)
+}
+
+func (a *appends) WriteTurnWithEvents(ctx context.Context, b store.Turn, evs []store.Event, e store.Turn) (store.Turn, int64, error) {
+	return a.Store.(store.TurnWriter).WriteTurnWithEvents(ctx, b, evs, e)
+}
+
 var errInjected = errors.New("injected store failure")
 
 // failing is a real store whose next fails event writes fail, each
@@ -350,11 +429,11 @@ func (f *failing) fail() bool {
 
 var _ store.TurnWriter = (*failing)(nil)
 
-func (f *failing) AppendEvents(ctx context.Context, k store.SessionKey, evs []store.Event) (int64, error) {
+func (f *failing) AppendFencedEvents(ctx context.Context, k store.SessionKey, gen int64, evs []store.Event) (int64, error) {
 	if f.fail() {
 		return 0, errInjected
 	}
-	return f.Store.AppendEvents(ctx, k, evs)
+	return f.Store.AppendFencedEvents(ctx, k, gen, evs)
 }
 
 func (f *failing) BeginTurnWithEvents(ctx context.Context, t store.Turn, evs []store.Event) (int64, error) {

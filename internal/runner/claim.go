@@ -31,11 +31,15 @@ func (s *Service) claim(ctx context.Context, t *turn) error {
 	}
 	now := time.Now()
 	if h, ok := s.heldLease(t.key); ok && h.until.After(now.Add(s.cfg.LeaseTTL/2)) {
-		t.leaseUntil = h.until
+		// Held: no store call. Should another replica have taken the
+		// session over meanwhile, the turn's first commit carries the
+		// old generation and is refused (fenced).
+		t.leaseUntil, t.generation = h.until, h.generation
 		t.cached = h.session
 		return nil
 	}
-	if _, err := s.store.AcquireLease(ctx, t.key, s.cfg.ReplicaID, now, s.cfg.LeaseTTL); err != nil {
+	l, err := s.store.AcquireLease(ctx, t.key, s.cfg.ReplicaID, now, s.cfg.LeaseTTL)
+	if err != nil {
 		s.unclaim(t)
 		var le *store.LeaseError
 		if errors.As(err, &le) {
@@ -43,14 +47,35 @@ func (s *Service) claim(ctx context.Context, t *turn) error {
 		}
 		return s.storeFailed("did not lease session "+t.key.String(), err)
 	}
-	t.leaseUntil = now.Add(s.cfg.LeaseTTL)
+	t.leaseUntil, t.generation = now.Add(s.cfg.LeaseTTL), l.Generation
 	return nil
+}
+
+// fenced is the turn's error for err, a write the store refused because
+// another replica took the session over while the turn ran here: the
+// turn is not recorded past the takeover and must not report ok.
+func (t *turn) fenced(err error) error {
+	by, gen := "another replica", int64(0)
+	var fe *store.FencedError
+	var le *store.LeaseError
+	switch {
+	case errors.As(err, &fe):
+		gen = fe.Holder.Generation
+		if fe.Holder.Owner != "" {
+			by = "replica " + fe.Holder.Owner
+		}
+	case errors.As(err, &le):
+		by, gen = "replica "+le.Owner, le.Generation
+	}
+	return errdefs.With(errdefs.ErrFenced, fmt.Errorf("session %s was taken over by %s (lease generation %d) while this turn ran on replica %s (generation %d): its writes were refused and the turn is not recorded; send it again, the session's new owner serves it",
+		t.key, by, gen, t.svc.cfg.ReplicaID, t.generation))
 }
 
 // heldSession is what this replica knows of a session it holds.
 type heldSession struct {
-	until   time.Time
-	session *store.Session // nil when unknown
+	until      time.Time
+	generation int64          // the lease's
+	session    *store.Session // nil when unknown
 }
 
 func (s *Service) heldLease(k store.SessionKey) (heldSession, bool) {
@@ -60,12 +85,12 @@ func (s *Service) heldLease(k store.SessionKey) (heldSession, bool) {
 	return h, ok
 }
 
-// hold records this replica's lease on a session (until) and, when known,
-// the session record as it now stands.
-func (s *Service) hold(k store.SessionKey, until time.Time, sess *store.Session) {
+// hold records this replica's lease on a session (until, at generation)
+// and, when known, the session record as it now stands.
+func (s *Service) hold(k store.SessionKey, until time.Time, generation int64, sess *store.Session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.held[k] = heldSession{until: until, session: sess}
+	s.held[k] = heldSession{until: until, generation: generation, session: sess}
 }
 
 func (s *Service) forgetHold(k store.SessionKey) {

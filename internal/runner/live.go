@@ -32,6 +32,10 @@ type live struct {
 	diagnose  func(context.Context, DiagnoseInput) error
 	durable   *durable  // the synced durable trees, nil without a store
 	parkedAt  time.Time // when it was last parked warm
+	// generation is the session lease's generation of the turn it last
+	// served: a turn under another one finds the session ran elsewhere
+	// since, and the harness missing those turns.
+	generation int64
 	undos     []undo    // its set-up stages' teardown, in setup order (stages.go)
 
 	// mu guards the following.

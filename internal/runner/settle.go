@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/agent"
+	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/platform"
 	"github.com/agentrunner/runner/internal/pool"
@@ -96,14 +97,14 @@ func (t *turn) outcome(ctx context.Context, lv *live, out agent.Outcome, err err
 	if t.key.SessionID == "" || t.index < 0 {
 		return nil
 	}
-	rec := store.Turn{ProjectID: t.key.ProjectID, SessionID: t.key.SessionID, Index: t.index, Status: status, EndedAt: time.Now(), StopReason: out.StopReason}
+	rec := store.Turn{ProjectID: t.key.ProjectID, SessionID: t.key.SessionID, Index: t.index, Status: status, EndedAt: time.Now(), StopReason: out.StopReason, Generation: t.generation}
 	if out.Usage != nil {
 		rec.Usage = *out.Usage
 	}
 	if err != nil {
 		rec.Error = err.Error()
 	}
-	sessRec := store.Session{ID: t.key.SessionID, ProjectID: t.key.ProjectID, Harness: t.plan.harness.spec.Name, Status: store.SessionActive}
+	sessRec := store.Session{ID: t.key.SessionID, ProjectID: t.key.ProjectID, Harness: t.plan.harness.spec.Name, Status: store.SessionActive, Generation: t.generation}
 	if lv != nil {
 		rec.SandboxProvider, rec.SandboxID = lv.provider, lv.sb.Info().ID
 		sessRec.SandboxProvider, sessRec.SandboxID = lv.provider, lv.sb.Info().ID
@@ -136,7 +137,11 @@ func (t *turn) commitDone(done wire.Event, outcome *store.Turn, err error) error
 	}
 	// The outcome and done in one commit; done reaches anyone only
 	// after it.
-	if werr := t.finish(done, outcome); werr != nil {
+	if werr := t.finish(done, outcome); errors.Is(werr, errdefs.ErrFenced) {
+		t.svc.forgetHold(t.key) // another replica owns the session now
+		t.log.Error("session taken over by another replica during the turn; its writes were refused", logkey.Error, werr)
+		t.storeErr = t.fenced(werr)
+	} else if werr != nil {
 		t.svc.forgetHold(t.key) // the log's last seq is unknown
 		t.log.Error("event log incomplete for this turn", logkey.Error, werr)
 		t.storeErr = t.svc.storeFailed("did not record the turn", werr)
@@ -168,7 +173,12 @@ func (t *turn) keepOrRelease(ctx context.Context, lv *live, status store.TurnSta
 		t.mu.Lock()
 		until := t.leaseUntil
 		t.mu.Unlock()
-		t.svc.park(t.key, lv, status == store.TurnPaused, until, t.stored)
+		lv.generation = t.generation
+		if t.svc.park(t.key, lv, status == store.TurnPaused, until, t.stored) {
+			return
+		}
+		lv.release(ctx, pool.ReasonContinuityInvalid)
+		t.svc.releaseLease(t.key)
 		return
 	}
 	// A failed turn's sandbox is parked, not deleted: it holds what the
@@ -188,23 +198,30 @@ func (t *turn) keepOrRelease(ctx context.Context, lv *live, status store.TurnSta
 }
 
 // park keeps lv warm in the pool and extends the session's lease to cover
-// the time it stays there.
-func (s *Service) park(key store.SessionKey, lv *live, awaiting bool, leaseUntil time.Time, stored *store.Session) {
+// the time it stays there. It returns false, parking nothing, when the
+// renewal finds the lease past lv's generation: another replica ran the
+// session since, and the harness no longer holds its conversation.
+func (s *Service) park(key store.SessionKey, lv *live, awaiting bool, leaseUntil time.Time, stored *store.Session) bool {
 	ttl := s.pools[lv.provider].TTL(awaiting)
 	// Renew only when the lease the turn holds would lapse while parked: a
 	// write per warm turn saved.
 	if now := time.Now(); leaseUntil.Before(now.Add(ttl + 10*time.Second)) {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.TeardownTimeout)
-		if _, err := s.store.AcquireLease(ctx, key, s.cfg.ReplicaID, now, ttl+s.cfg.LeaseTTL); err != nil {
+		l, err := s.store.AcquireLease(ctx, key, s.cfg.ReplicaID, now, ttl+s.cfg.LeaseTTL)
+		cancel()
+		switch {
+		case err == nil && l.Generation != lv.generation:
+			s.log.Warn("session changed hands while its turn ran; its harness is not kept warm", logkey.Session, key.SessionID, logkey.Project, key.ProjectID, "generation", l.Generation, "turn_generation", lv.generation)
+			return false
+		case err != nil:
 			s.log.Warn("renew session lease for the warm harness", logkey.Session, key.SessionID, logkey.Project, key.ProjectID, logkey.Error, err)
 			stored = nil
-		} else {
+		default:
 			leaseUntil = now.Add(ttl + s.cfg.LeaseTTL)
 		}
-		cancel()
 	}
 	if stored != nil {
-		s.hold(key, leaseUntil, stored)
+		s.hold(key, leaseUntil, lv.generation, stored)
 	} else {
 		s.forgetHold(key)
 	}
@@ -213,6 +230,7 @@ func (s *Service) park(key store.SessionKey, lv *live, awaiting bool, leaseUntil
 		lv.release(ctx, reason)
 		s.releaseLease(key)
 	}}, awaiting)
+	return true
 }
 
 func (s *Service) releaseLease(k store.SessionKey) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/pool"
 	"github.com/agentrunner/runner/internal/store"
 )
@@ -16,9 +17,10 @@ var (
 )
 
 // stoppedFromOutside reports a cause that stopped a turn from outside it:
-// /kill, the shutdown, the session's deletion.
+// /kill, the shutdown, the session's deletion, its takeover by another
+// replica.
 func stoppedFromOutside(err error) bool {
-	return errors.Is(err, errKilled) || errors.Is(err, errShutdown) || errors.Is(err, errDeleted)
+	return errors.Is(err, errKilled) || errors.Is(err, errShutdown) || errors.Is(err, errDeleted) || errors.Is(err, errdefs.ErrFenced)
 }
 
 // Kill cancels the session's in-flight turn in the project, releases its

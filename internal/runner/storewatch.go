@@ -84,7 +84,7 @@ func (s *Service) storeName() string {
 // refused reports a store error that is an answer (no such thing, a lost
 // race), not a failure to write.
 func refused(err error) bool {
-	return errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrConflict) || errors.Is(err, errdefs.ErrInvalid)
+	return errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrConflict) || errors.Is(err, errdefs.ErrInvalid) || errors.Is(err, errdefs.ErrFenced)
 }
 
 // storeFailed turns err, a store write of a turn that failed, into the

@@ -38,8 +38,12 @@ type turn struct {
 	storeErr error
 	hub      *eventlog.Hub // the session's followers, set with evlog
 	watch    *watchdog
-	// leaseUntil is when the session lease this turn holds runs out.
+	// leaseUntil is when the session lease this turn holds runs out;
+	// generation is the lease's, the fence every write of the turn
+	// carries (a takeover by another replica raises it: the turn's
+	// writes are then refused).
 	leaseUntil time.Time
+	generation int64
 	// cached is the session record as this replica's last turn left it,
 	// valid because the replica held the lease since; nil to read it.
 	cached *store.Session

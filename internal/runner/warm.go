@@ -27,6 +27,9 @@ func (t *turn) warm() *live {
 	lv := e.Value.(*live)
 	lv.awaiting = e.Awaiting()
 	reason, why := lv.mismatch(t.plan)
+	if reason == "" && lv.generation != t.generation {
+		reason, why = pool.ReasonContinuityInvalid, "served-elsewhere"
+	}
 	if reason == "" {
 		return t.probed(lv, e) // fallback.go
 	}

@@ -1,0 +1,139 @@
+package runner_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/store"
+	"github.com/agentrunner/runner/internal/wire"
+)
+
+// takeOver has replica id take session k over from whoever holds it, as
+// a replica that found the owner gone does.
+func takeOver(t *testing.T, st store.Store, k store.SessionKey, id string) store.Lease {
+	t.Helper()
+	l, err := st.GetLease(t.Context(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.TakeOverLease(t.Context(), k, id, l, time.Now(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// wantFencedTurn fails the test unless the turn failed fenced, naming the
+// replica that took its session over.
+func wantFencedTurn(t *testing.T, res wire.Result, err error, by string) {
+	t.Helper()
+	if !errors.Is(err, errdefs.ErrFenced) || !strings.Contains(err.Error(), by) {
+		t.Fatalf("turn after the takeover: %v, want it fenced, naming %s", err, by)
+	}
+	if res.OK || !strings.Contains(res.Error, by) {
+		t.Fatalf("result after the takeover: %+v, want a failure naming %s", res, by)
+	}
+}
+
+// TestTakenOverWarmOwnerCannotCommit: replica A keeps a session warm and
+// believes it holds the lease; replica B takes it over (A was found
+// gone). A's next turn carries the old generation: the store refuses its
+// writes, the turn fails naming B, and nothing of it is recorded. B then
+// serves the session from the shared log.
+func TestTakenOverWarmOwnerCannotCommit(t *testing.T) {
+	sa, sb := sharedPostgres(t)
+	a := replica(t, "replica-a", sa)
+	k := store.SessionKey{ProjectID: "p", SessionID: "s"}
+
+	first := collect(t, a, req{session: "s", messages: []string{"say the password is swordfish"}}.wire())
+	if !first.res.OK {
+		t.Fatal(first.res.Error)
+	}
+	logged, err := sb.ReadEvents(t.Context(), k, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	takeOver(t, sb, k, "replica-b")
+
+	res, err := a.Run(t.Context(), req{session: "s", messages: []string{"say I am stale"}}.wire(), nil)
+	wantFencedTurn(t, res, err, "replica-b")
+	turns, err := sb.ListTurns(t.Context(), k)
+	if err != nil || len(turns) != 1 {
+		t.Fatalf("ledger after the fenced turn: %+v %v, want the first turn alone", turns, err)
+	}
+	after, err := sb.ReadEvents(t.Context(), k, 0, 0)
+	if err != nil || len(after) != len(logged) {
+		t.Fatalf("log after the fenced turn: %d events (%v), want %d", len(after), err, len(logged))
+	}
+	if a.Warm() != 0 {
+		t.Error("replica A kept the harness of a session it lost warm")
+	}
+
+	b := replica(t, "replica-b", sb)
+	next := collect(t, b, req{session: "s", messages: []string{"what is the password?"}}.wire())
+	if !next.res.OK || !strings.Contains(next.res.Output, "swordfish") {
+		t.Fatalf("new owner's turn: ok %v output %q", next.res.OK, next.res.Output)
+	}
+}
+
+// TestTakenOverMidTurn: the session is taken over while A's turn runs;
+// the turn's end is refused, so it fails naming B instead of reporting ok,
+// and its done event is not in the log.
+func TestTakenOverMidTurn(t *testing.T) {
+	sa, sb := sharedPostgres(t)
+	a := replica(t, "replica-a", sa)
+	k := store.SessionKey{ProjectID: "p", SessionID: "s"}
+	fifo := filepath.Join(t.TempDir(), "go")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	started := make(chan struct{})
+	type outcome struct {
+		res wire.Result
+		err error
+	}
+	ended := make(chan outcome, 1)
+	go func() {
+		var once bool
+		res, err := a.Run(t.Context(), req{session: "s", messages: []string{"say started\nexec cat " + fifo + "\nsay finished"}}.wire(), func(_ int64, ev wire.Event) {
+			if ev.Type == wire.EventMessageDelta && !once {
+				once = true
+				close(started)
+			}
+		})
+		ended <- outcome{res, err}
+	}()
+	<-started
+	takeOver(t, sb, k, "replica-b")
+	// Let the harness finish: the turn ends, and its commit is refused.
+	if err := os.WriteFile(fifo, []byte("go\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := <-ended
+	wantFencedTurn(t, o.res, o.err, "replica-b")
+	evs, err := sb.ReadEvents(t.Context(), k, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		if e.Event.Type == wire.EventDone {
+			t.Fatalf("the fenced turn's done is in the log: %+v", evs)
+		}
+	}
+	turns, err := sb.ListTurns(t.Context(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range turns {
+		if tr.Status == store.TurnCompleted {
+			t.Fatalf("the fenced turn is recorded completed: %+v", turns)
+		}
+	}
+}
