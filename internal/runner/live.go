@@ -36,7 +36,7 @@ type live struct {
 	// served: a turn under another one finds the session ran elsewhere
 	// since, and the harness missing those turns.
 	generation int64
-	undos     []undo    // its set-up stages' teardown, in setup order (stages.go)
+	undos      []undo // its set-up stages' teardown, in setup order (stages.go)
 
 	// mu guards the following.
 	mu    sync.Mutex

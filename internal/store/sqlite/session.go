@@ -30,8 +30,8 @@ ON CONFLICT (project_id, id) DO UPDATE SET
 	sandbox_provider = excluded.sandbox_provider, sandbox_id = excluded.sandbox_id,
 	agent_session_id = excluded.agent_session_id, updated_at = excluded.updated_at
 RETURNING `+sqlstore.SessionCols,
-		in.ID, in.ProjectID, in.Harness, string(in.Status), in.SandboxProvider, in.SandboxID,
-		in.AgentSessionID, t, t))
+			in.ID, in.ProjectID, in.Harness, string(in.Status), in.SandboxProvider, in.SandboxID,
+			in.AgentSessionID, t, t))
 		return err
 	})
 	if err != nil {
