@@ -327,11 +327,14 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request) {
 		refuse(w, r, err)
 		return
 	}
-	if h.forwardKnown(w, r, body, runner.KeyOf(req)) {
+	key := runner.KeyOf(req)
+	if h.forwardKnown(w, r, body, key) {
 		return
 	}
 	turn, err := h.runner.Start(r.Context(), req)
-	if err != nil {
+	if err == nil {
+		h.holders.forget(key) // this replica's now
+	} else {
 		// Another replica's session: forwarded there, or taken over.
 		var served bool
 		turn, served, err = h.elsewhere(w, r, body, err, func() (*runner.Turn, error) {

@@ -170,7 +170,9 @@ func (c *holders) remember(l store.Lease) {
 func (c *holders) forget(k store.SessionKey) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.m, k)
+	if len(c.m) > 0 {
+		delete(c.m, k)
+	}
 }
 
 // forwardKnown forwards a turn of session k straight to the replica it was

@@ -280,3 +280,30 @@ func TestForwardDrainHandsOff(t *testing.T) {
 		t.Fatalf("the draining owner's running turn ended with %q", last)
 	}
 }
+
+// TestForwardOwnerGoneTakenOver: the replica holding a warm session is
+// killed (SIGKILL: no drain, its lease and registry row left behind).
+// Must hold: the session's next turn, sent to another replica, finds the
+// owner's address refusing connections with no heartbeat since and takes
+// the session over at once (not after the dead lease's 90 s), running it
+// cold with the history replayed.
+func TestForwardOwnerGoneTakenOver(t *testing.T) {
+	rs, _ := peerCluster(t, 2)
+	owner, other := rs[0], rs[1]
+	if tr := owner.stream(t, fake("say the password is swordfish", map[string]any{"sessionId": "orphan", "projectId": "p"})); !tr.Result.OK {
+		t.Fatal(tr.Raw)
+	}
+	if err := owner.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-owner.done
+	owner.cmd = nil
+	next := other.stream(t, fake("what is the password?", map[string]any{"sessionId": "orphan", "projectId": "p"}))
+	if next.Status != 200 || !next.Result.OK || !strings.Contains(next.Text(), "swordfish") {
+		t.Fatalf("the dead owner's session on the other replica: %d %+v\n%s\nlog:\n%s", next.Status, next.Result, next.Text(), other.Log())
+	}
+	// Taken over, not run after the dead lease lapsed.
+	if !strings.Contains(other.Log(), "took the session over") {
+		t.Errorf("no takeover logged:\n%s", other.Log())
+	}
+}
