@@ -92,14 +92,7 @@ func lookSbin(name string) (string, error) {
 // lock is free) and removes the per-sandbox images no process holds.
 // Other mounts there (rclone's) and disks a live process holds are left.
 func (d *disk) sweep() {
-	for _, m := range ext4MountsUnder(d.dir) {
-		lock, err := lockImage(image(m))
-		if err != nil {
-			continue // held, or not one of these disks
-		}
-		_ = unix.Unmount(m, unix.MNT_DETACH)
-		unlock(lock)
-	}
+	detachStale(d.dir)
 	olds, _ := filepath.Glob(filepath.Join(d.dir, "local-*", "disk.img"))
 	for _, img := range olds {
 		if lock, err := lockImage(img); err == nil || errors.Is(err, os.ErrNotExist) {
@@ -109,6 +102,23 @@ func (d *disk) sweep() {
 			}
 		}
 	}
+}
+
+// detachStale detaches the sandbox disks mounted under dir whose lock no
+// process holds (their runner was killed), and reports how many.
+func detachStale(dir string) int {
+	n := 0
+	for _, m := range ext4MountsUnder(dir) {
+		lock, err := lockImage(image(m))
+		if err != nil {
+			continue // held, or not one of these disks
+		}
+		if unix.Unmount(m, unix.MNT_DETACH) == nil {
+			n++
+		}
+		unlock(lock)
+	}
+	return n
 }
 
 // lockImage takes the lock of img, which must exist; it fails when

@@ -2,6 +2,7 @@ package local_test
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -32,6 +33,9 @@ func TestMain(m *testing.M) {
 		if h, ok := helpers[os.Args[1]]; ok {
 			os.Exit(h(os.Args[2:]))
 		}
+	}
+	if n := local.DetachStaleDisks(os.TempDir()); n > 0 {
+		fmt.Fprintf(os.Stderr, "local: detached %d sandbox disks killed tests left under %s\n", n, os.TempDir())
 	}
 	goleak.VerifyTestMain(m, leaktest.Global()...)
 }

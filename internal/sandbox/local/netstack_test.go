@@ -350,11 +350,15 @@ func netnsTool(t *testing.T) {
 	}
 }
 
-// simNet makes the two namespaces and returns their names.
+// simNet makes the two namespaces and returns their names:
+// rn-host-<pid>-<random> and rn-inet-<…>, unique even when a killed run
+// left its pair behind (its pid may come round again); such leftovers
+// are deleted first.
 func simNet(t *testing.T) (hostNS, inetNS string) {
 	t.Helper()
-	id := strconv.Itoa(os.Getpid())
-	hostNS, inetNS = "rn-host-"+id, "rn-inet-"+id
+	reapSimNets(t)
+	id := strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(uint64(time.Now().UnixNano())&0xffffff, 16)
+	hostNS, inetNS = simNetPrefixes[0]+id, simNetPrefixes[1]+id
 	ip := func(args ...string) {
 		t.Helper()
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
@@ -386,6 +390,29 @@ func simNet(t *testing.T) (hostNS, inetNS string) {
 		ip("-n", inetNS, "addr", "add", a+bits, "dev", "lo")
 	}
 	return hostNS, inetNS
+}
+
+var simNetPrefixes = [2]string{"rn-host-", "rn-inet-"}
+
+// reapSimNets deletes the simulated internets of test processes that are
+// gone (killed before their cleanup ran).
+func reapSimNets(t *testing.T) {
+	t.Helper()
+	ents, _ := os.ReadDir("/run/netns")
+	for _, e := range ents {
+		for _, prefix := range simNetPrefixes {
+			pid, _, _ := strings.Cut(strings.TrimPrefix(e.Name(), prefix), "-")
+			n, err := strconv.Atoi(pid)
+			if !strings.HasPrefix(e.Name(), prefix) || err != nil || n <= 0 || n == os.Getpid() {
+				continue
+			}
+			if errors.Is(syscall.Kill(n, 0), syscall.ESRCH) {
+				if out, err := exec.Command("ip", "netns", "del", e.Name()).CombinedOutput(); err != nil {
+					t.Logf("a stale simulated internet stays: ip netns del %s: %v: %s", e.Name(), err, out)
+				}
+			}
+		}
+	}
 }
 
 // TestNetworkOnSimulatedInternet runs TestNetworkOnInside in the simulated
@@ -713,5 +740,28 @@ func checkProbes(t *testing.T, sb sandbox.Sandbox, wants []want) {
 		case w.got == "" && r.MS >= 100 && w.kind != "resolve":
 			t.Errorf("%s %s: refused after %.1f ms (%s); want a reject within 100 ms", w.kind, w.target, r.MS, r.Err)
 		}
+	}
+}
+
+// TestSimNetReapsLeftovers: a simulated internet whose test process was
+// killed (here: a pid that has exited) is deleted by the next simNet,
+// and a live one is kept.
+func TestSimNetReapsLeftovers(t *testing.T) {
+	netnsTool(t)
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := simNetPrefixes[0] + strconv.Itoa(gone.Process.Pid) + "-0"
+	if out, err := exec.Command("ip", "netns", "add", stale).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add %s: %v: %s", stale, err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", stale).Run() })
+	hostNS, _ := simNet(t)
+	if _, err := os.Stat(filepath.Join("/run/netns", stale)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the leftover %s of an exited process is still there (%v)", stale, err)
+	}
+	if _, err := os.Stat(filepath.Join("/run/netns", hostNS)); err != nil {
+		t.Errorf("this test's own %s: %v", hostNS, err)
 	}
 }
