@@ -27,8 +27,10 @@ import (
 //     process is serving.
 
 // lockServe takes the data dir's service lock for this process's life, or
-// says which process holds it.
-func lockServe(dataDir string) (*os.File, error) {
+// says which process holds it. sqlite is set when the store is the data
+// dir's SQLite file: it holds one replica's sessions, so replicas of one
+// service must share PostgreSQL instead, and the refusal says so.
+func lockServe(dataDir string, sqlite bool) (*os.File, error) {
 	path := filepath.Join(dataDir, "serve.lock")
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
@@ -43,7 +45,11 @@ func lockServe(dataDir string) (*os.File, error) {
 			if holder == "" {
 				holder = "unknown"
 			}
-			return nil, fmt.Errorf("data dir %s is in use by another runner serve (pid %s): two services on one data dir would take each other's sessions; stop it, or give this one its own AGENTA_RUNNER_DATA_DIR", dataDir, holder)
+			fix := "stop it, or give this one its own AGENTA_RUNNER_DATA_DIR"
+			if sqlite {
+				fix += "; the data dir's SQLite store serves one replica: for several replicas of one service, share a PostgreSQL store (AGENTA_RUNNER_DATABASE_URL), each replica with its own data dir"
+			}
+			return nil, fmt.Errorf("data dir %s is in use by another runner serve (pid %s): two services on one data dir would take each other's sessions; %s", dataDir, holder, fix)
 		}
 		return nil, fmt.Errorf("service lock %s: %w", path, err)
 	}

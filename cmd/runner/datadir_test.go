@@ -98,7 +98,8 @@ func serviceEnv(env []string, base string) []string {
 
 // TestSecondServeOnOneDataDirIsRefused: two services on one data dir
 // would share a replica id and recover each other's turns; the second is
-// refused, naming the first's pid and the setting.
+// refused, naming the first's pid and the settings: its own data dir, or,
+// as the SQLite store there serves one replica, a shared PostgreSQL.
 func TestSecondServeOnOneDataDirIsRefused(t *testing.T) {
 	env := testEnv(t, "AGENTA_RUNNER_TOKEN="+testToken)
 	serveOn(t, env)
@@ -113,7 +114,7 @@ func TestSecondServeOnOneDataDirIsRefused(t *testing.T) {
 	defer cancel()
 	var errb bytes.Buffer
 	code := run(ctx, []string{"serve"}, env, nil, io.Discard, &errb)
-	if code == 0 || !strings.Contains(errb.String(), "in use by another runner serve") || !strings.Contains(errb.String(), "AGENTA_RUNNER_DATA_DIR") {
+	if code == 0 || !strings.Contains(errb.String(), "in use by another runner serve") || !strings.Contains(errb.String(), "AGENTA_RUNNER_DATA_DIR") || !strings.Contains(errb.String(), "AGENTA_RUNNER_DATABASE_URL") {
 		t.Fatalf("second serve: code %d stderr %q", code, errb.String())
 	}
 }

@@ -47,7 +47,7 @@ func (c serveCommand) run(ctx context.Context, args []string) int {
 		fmt.Fprintf(c.stderr, "runner: data dir %s: %v (set AGENTA_RUNNER_DATA_DIR to a writable directory)\n", cfg.DataDir, err)
 		return 1
 	}
-	lock, err := lockServe(cfg.DataDir)
+	lock, err := lockServe(cfg.DataDir, cfg.Store.DatabaseURL == "")
 	if err != nil {
 		fmt.Fprintln(c.stderr, "runner:", err)
 		return 1
