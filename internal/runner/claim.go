@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/errdefs"
+	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/store"
 )
 
@@ -69,6 +70,33 @@ func (t *turn) fenced(err error) error {
 	}
 	return errdefs.With(errdefs.ErrFenced, fmt.Errorf("session %s was taken over by %s (lease generation %d) while this turn ran on replica %s (generation %d): its writes were refused and the turn is not recorded; send it again, the session's new owner serves it",
 		t.key, by, gen, t.svc.cfg.ReplicaID, t.generation))
+}
+
+// endLostTurn records the outcome of the turn the replica lost was
+// running on session l.Key(), if any: failed, naming the lost replica,
+// written under l (this replica's lease since the takeover), so the
+// ledger does not show it running for good. The lost replica's own end,
+// should it still be alive, carries the old generation and is refused.
+// Best effort: a failure is logged, and the turn is interrupted when the
+// lost replica starts again (Recover).
+func (s *Service) endLostTurn(ctx context.Context, l store.Lease, lost string) {
+	k := l.Key()
+	sess, err := s.store.GetSession(ctx, k)
+	if err != nil || sess.LastTurnIndex < 0 {
+		return // no session row or no turn yet: nothing ran
+	}
+	// A session runs one turn at a time, and indices grow: only the last
+	// one can still be running.
+	cur, err := s.store.GetTurn(ctx, k, sess.LastTurnIndex)
+	if err != nil || cur.Status != store.TurnRunning || cur.Owner != lost {
+		return
+	}
+	cur.Status, cur.EndedAt, cur.StopReason = store.TurnFailed, time.Now(), "error"
+	cur.Error = fmt.Sprintf("replica %s was lost while it ran this turn (replica %s took the session over); the turn's output after its last recorded event is lost: send it again", lost, s.cfg.ReplicaID)
+	cur.Generation = l.Generation
+	if _, err := s.store.EndTurn(ctx, cur); err != nil && !refused(err) {
+		s.log.Warn("record the lost replica's turn as failed", logkey.Session, k.SessionID, logkey.Project, k.ProjectID, logkey.Error, err)
+	}
 }
 
 // heldSession is what this replica knows of a session it holds.

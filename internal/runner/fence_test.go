@@ -82,9 +82,11 @@ func TestTakenOverWarmOwnerCannotCommit(t *testing.T) {
 	}
 }
 
-// TestTakenOverMidTurn: the session is taken over while A's turn runs;
-// the turn's end is refused, so it fails naming B instead of reporting ok,
-// and its done event is not in the log.
+// TestTakenOverMidTurn: B takes the session over while A's turn runs
+// (Service.TakeOver, as B's routing does for an owner found gone): B
+// records the turn failed, naming A; A's end is refused, so A's turn
+// fails naming B instead of reporting ok, and its done event is not in
+// the log. B's next turn works.
 func TestTakenOverMidTurn(t *testing.T) {
 	sa, sb := sharedPostgres(t)
 	a := replica(t, "replica-a", sa)
@@ -111,7 +113,14 @@ func TestTakenOverMidTurn(t *testing.T) {
 		ended <- outcome{res, err}
 	}()
 	<-started
-	takeOver(t, sb, k, "replica-b")
+	b := replica(t, "replica-b", sb)
+	l, err := sb.GetLease(t.Context(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.TakeOver(t.Context(), l); err != nil {
+		t.Fatal(err)
+	}
 	// Let the harness finish: the turn ends, and its commit is refused.
 	if err := os.WriteFile(fifo, []byte("go\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -131,9 +140,12 @@ func TestTakenOverMidTurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tr := range turns {
-		if tr.Status == store.TurnCompleted {
-			t.Fatalf("the fenced turn is recorded completed: %+v", turns)
-		}
+	// The new owner recorded the lost turn's end, naming the lost replica.
+	if len(turns) != 1 || turns[0].Status != store.TurnFailed || !strings.Contains(turns[0].Error, "replica-a was lost") {
+		t.Fatalf("ledger after the takeover: %+v, want the turn failed naming replica-a", turns)
+	}
+	next := collect(t, b, req{session: "s", messages: []string{"say after"}}.wire())
+	if !next.res.OK {
+		t.Fatalf("new owner's turn: %s", next.res.Error)
 	}
 }

@@ -51,6 +51,7 @@ func (s *Service) TakeOver(ctx context.Context, from store.Lease) error {
 	}
 	s.log.Info("took the session over from a replica that is gone", logkey.Session, k.SessionID, logkey.Project, k.ProjectID,
 		"from", from.Owner, "generation", l.Generation)
+	s.endLostTurn(ctx, l, from.Owner)
 	return nil
 }
 
