@@ -216,7 +216,9 @@ func TestTakeoverPartitionedOwnerCannotCommit(t *testing.T) {
 	path, openGate := gate(t)
 	first := make(chan struct{})
 	ended := make(chan floodTurn, 1)
-	go func() { ended <- old.streamFlood(t, fake("say started\nexec cat "+path+"\nsay stale end", fields), first) }()
+	go func() {
+		ended <- old.streamFlood(t, fake("say started\nexec cat "+path+"\nsay stale end", fields), first)
+	}()
 	<-first
 	db.Pause()
 	web.Cut()
