@@ -60,6 +60,8 @@ type route struct {
 	secrets []*secret
 	longest int // of the placeholders
 	scrub   *scrubber
+	models  *scrubber // Spec.Models in request bodies; nil without
+	paths   *strings.Replacer
 	log     *slog.Logger // audit records and refusals
 	proxy   *httputil.ReverseProxy
 }
@@ -134,6 +136,12 @@ func (r Route) Release() { r.release() }
 type Spec struct {
 	BaseURL     string
 	Credentials []Credential
+	// Models renames models in requests, placeholder to real: a harness
+	// started before its tenant (a reservation's) was configured with a
+	// placeholder model, which each request's body (as a JSON string) and
+	// path (Gemini's /models/<model>:…) carry to the tenant's endpoint
+	// as the tenant's model.
+	Models map[string]string
 	// Log receives the route's audit records (one per substitution) and
 	// refusals; give it the session's attributes. Nil logs to the
 	// gateway's logger.
@@ -277,6 +285,9 @@ func (g *Gateway) route(spec Spec, placeholder func(key string) string) (*route,
 		rt.longest = max(rt.longest, len(s.placeholder))
 	}
 	rt.scrub = newScrubber(rt.secrets)
+	if len(spec.Models) > 0 {
+		rt.models, rt.paths = modelRenamer(spec.Models)
+	}
 	rt.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(rt.target)
@@ -376,6 +387,14 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if r2.Body != nil && r2.Body != http.NoBody {
 		r2.Body = &bodyGuard{r: r2.Body, rt: rt, ex: ex}
+		if rt.models != nil {
+			r2.Body = rt.models.reader(r2.Body)
+			r2.ContentLength = -1 // a renamed model may change it
+			r2.Header.Del("Content-Length")
+		}
+	}
+	if rt.paths != nil {
+		r2.URL.Path = rt.paths.Replace(r2.URL.Path)
 	}
 	for _, s := range subs {
 		rt.log.Info("key gateway: credential substituted", logkey.Credential, s.s.name, logkey.Placement, s.where.String(), logkey.Host, rt.target.Host)

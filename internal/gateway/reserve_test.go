@@ -68,3 +68,31 @@ func TestReservationTakesOneKey(t *testing.T) {
 		t.Fatal("a reservation bound two keys to its one placeholder")
 	}
 }
+
+// A harness started before its tenant names a placeholder model; the
+// bound route renames it, in the body and in Gemini's path, to the
+// tenant's, and leaves other text alone.
+func TestReservationRenamesTheModel(t *testing.T) {
+	rc := &recorder{}
+	up := httptest.NewServer(rc)
+	defer up.Close()
+	g := newGateway(t, nil, up.Listener.Addr().String())
+	res := g.Reserve()
+	defer res.Release()
+	rt, err := res.Bind(gateway.Spec{BaseURL: up.URL, Credentials: []gateway.Credential{gemini}, Models: map[string]string{"placeholder-model": "tenant-model"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"placeholder-model","messages":[{"content":"placeholder-model-ish text"}]}`
+	resp, _ := do(t, "POST", rt.BaseURL+"/v1beta/models/placeholder-model:streamGenerateContent", strings.NewReader(body), "X-Goog-Api-Key", res.Placeholder)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	seen, bodies := rc.requests()
+	if len(seen) != 1 || seen[0].URL.Path != "/v1beta/models/tenant-model:streamGenerateContent" {
+		t.Fatalf("upstream saw %v", seen)
+	}
+	if want := `{"model":"tenant-model","messages":[{"content":"placeholder-model-ish text"}]}`; bodies[0] != want {
+		t.Errorf("upstream body %s, want %s", bodies[0], want)
+	}
+}

@@ -140,6 +140,32 @@ func (b *scrubBody) Read(p []byte) (int, error) {
 // and scrubs them before the proxy copies them.
 func (b *scrubBody) Close() error {
 	err := b.r.Close()
-	b.sc.header(b.resp.Trailer)
+	if b.resp != nil {
+		b.sc.header(b.resp.Trailer)
+	}
 	return err
+}
+
+// reader is r with every form replaced as it streams (a request body).
+func (sc *scrubber) reader(r io.ReadCloser) *scrubBody {
+	return &scrubBody{sc: sc, r: r, chunk: make([]byte, 32<<10)}
+}
+
+// modelRenamer replaces each placeholder model, as a whole JSON string,
+// in a request body, and as a path segment (before a ':' or the end) in
+// its path.
+func modelRenamer(models map[string]string) (*scrubber, *strings.Replacer) {
+	sc := &scrubber{}
+	var body, paths []string
+	for from, to := range models {
+		f, _ := json.Marshal(from)
+		t, _ := json.Marshal(to)
+		sc.from = append(sc.from, f)
+		sc.to = append(sc.to, t)
+		sc.longest = max(sc.longest, len(f))
+		body = append(body, string(f), string(t))
+		paths = append(paths, "/models/"+from+":", "/models/"+url.PathEscape(to)+":")
+	}
+	sc.repl = strings.NewReplacer(body...)
+	return sc, strings.NewReplacer(paths...)
 }

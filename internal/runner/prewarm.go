@@ -77,6 +77,10 @@ const (
 // the runner: the harness gets the reservation's placeholder for it.
 const prewarmKey = "runner-prewarm-template-key"
 
+// toolsListedWait bounds the wait for a claimed slot's harness to list
+// the turn's tools (it is generous: a loaded machine slows the harness).
+const toolsListedWait = 10 * time.Second
+
 // prewarmModel is the model a slot's harness is configured with until a
 // claim sets the turn's over ACP.
 const prewarmModel = "runner-prewarm-model"
@@ -467,7 +471,7 @@ func (t *turn) prewarmed(ctx context.Context) *live {
 	}
 	reason, err := t.bindSlot(ctx, sl)
 	if reason != "" {
-		t.log.Info("pre-warmed slot not usable; running cold", logkey.Reason, reason, logkey.Error, err)
+		t.log.Warn("pre-warmed slot failed to bind; destroyed, running cold", logkey.Reason, reason, logkey.Error, err)
 		pw.destroy(sl) // claimed: it never goes back
 		pw.unclaim(sp)
 		pw.miss(sp, reason)
@@ -590,8 +594,18 @@ func (t *turn) bindSlot(ctx context.Context, sl *slot) (string, error) {
 	if err := t.fits(ctx, sl); err != nil {
 		return MissConfig, err
 	}
-	// Bind: from here on the slot is the turn's.
-	c.register = sl.res.Bind
+	// Bind: from here on the slot is the turn's. A harness the runner
+	// configures was given the placeholder model in its own configuration
+	// and names it in every model call: the gateway renames it to the
+	// request's. Another harness is told the model over ACP.
+	model := modelID(p.req)
+	_, configured := builtin.Lookup(p.harness.spec.Name)
+	c.register = func(spec gateway.Spec) (gateway.Route, error) {
+		if configured && model != "" {
+			spec.Models = map[string]string{prewarmModel: model}
+		}
+		return sl.res.Bind(spec)
+	}
 	env, req, rt, err := c.hideKeys()
 	if err != nil {
 		return MissBind, err
@@ -608,11 +622,11 @@ func (t *turn) bindSlot(ctx context.Context, sl *slot) (string, error) {
 	lv.configFP, lv.epoch = configFingerprint(p.req, p.provider), credentialEpoch(p.env, p.req)
 	s.recordSandbox(info, t.key, store.SandboxRunning)
 	rb, _ := lv.sess.(agent.Rebinder)
-	if m := modelID(p.req); m != "" {
+	if !configured && model != "" {
 		if rb == nil {
 			return MissBind, errors.New("the harness cannot change its model on an open session")
 		}
-		if err := rb.SetModel(ctx, m); err != nil {
+		if err := rb.SetModel(ctx, model); err != nil {
 			return MissBind, err
 		}
 	}
@@ -622,6 +636,18 @@ func (t *turn) bindSlot(ctx context.Context, sl *slot) (string, error) {
 		}
 		if err := rb.SetMode(ctx, hc.Mode); err != nil {
 			return MissBind, err
+		}
+	}
+	if lv.binding != nil && t.tools != nil {
+		// The harness listed the slot's empty tools when its session
+		// opened; it is told of the turn's and lists them again, which
+		// the first prompt must not overtake.
+		lv.binding.Use(t.tools)
+		lctx, cancel := context.WithTimeout(ctx, toolsListedWait)
+		err := lv.binding.Listed(lctx)
+		cancel()
+		if err != nil {
+			return MissBind, fmt.Errorf("the harness did not list the turn's tools within %s: %w", toolsListedWait, err)
 		}
 	}
 	u, err := c.workspace(ctx)

@@ -74,6 +74,12 @@ type Binding struct {
 	names    map[string]string // tools now on server: name → JSON
 	sessions map[*mcp.ServerSession]bool
 	closed   bool
+	// gen counts the changes of the advertised tools; listed is, per
+	// session, the gen it last listed them at; relisted is closed (and
+	// replaced) whenever a session lists them.
+	gen      int
+	listed   map[*mcp.ServerSession]int
+	relisted chan struct{}
 }
 
 // Bind registers a binding serving set (nil: none yet) under a fresh
@@ -88,12 +94,15 @@ func (r *Relay) Bind(set *tools.Set, logger *slog.Logger) *Binding {
 		secret:   rand.Text(),
 		log:      logger,
 		sessions: map[*mcp.ServerSession]bool{},
+		listed:   map[*mcp.ServerSession]int{},
+		relisted: make(chan struct{}),
 	}
 	// ListChanged: when Use swaps in a turn with other tools, connected
 	// harnesses are told to list them again.
 	b.server = mcp.NewServer(&mcp.Implementation{Name: tools.ServerName, Version: "1"}, &mcp.ServerOptions{
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
 	})
+	b.server.AddReceivingMiddleware(b.noteLists)
 	b.Use(set)
 	r.mu.Lock()
 	r.bindings[b.id] = b
@@ -136,12 +145,66 @@ func (b *Binding) Use(set *tools.Set) {
 	}
 	// Re-adding an unchanged tool would notify every client for nothing;
 	// a warm session usually keeps its tools from turn to turn.
+	changed := len(gone) > 0
 	for _, t := range set.Tools() {
 		if b.names[t.Name] != next[t.Name] {
 			b.server.AddTool(t, b.handle)
+			changed = true
 		}
 	}
 	b.names = next
+	if changed {
+		b.gen++
+	}
+}
+
+// noteLists records each session's tools/list, for Listed.
+func (b *Binding) noteLists(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method != "tools/list" {
+			return next(ctx, method, req)
+		}
+		b.mu.Lock()
+		gen := b.gen // the list this call answers with, at the latest
+		b.mu.Unlock()
+		res, err := next(ctx, method, req)
+		if ss, ok := req.GetSession().(*mcp.ServerSession); ok && err == nil {
+			b.mu.Lock()
+			b.listed[ss] = gen
+			close(b.relisted)
+			b.relisted = make(chan struct{})
+			b.mu.Unlock()
+		}
+		return res, err
+	}
+}
+
+// Listed waits until every session connected now has listed the tools
+// since Use last changed them (the harness was told with
+// notifications/tools/list_changed and asks again on its own time), so
+// that a prompt sent next finds them; or until ctx ends, with its error.
+// Without connected sessions it returns at once: one that connects later
+// lists the current tools.
+func (b *Binding) Listed(ctx context.Context) error {
+	for {
+		b.mu.Lock()
+		behind := false
+		for ss := range b.sessions {
+			if b.listed[ss] < b.gen {
+				behind = true
+			}
+		}
+		wait := b.relisted
+		b.mu.Unlock()
+		if !behind {
+			return nil
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 func (b *Binding) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -255,6 +318,7 @@ func (r *Relay) ServeConn(ctx context.Context, conn io.ReadWriteCloser) error {
 	stop()
 	b.mu.Lock()
 	delete(b.sessions, ss)
+	delete(b.listed, ss)
 	b.mu.Unlock()
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && ctx.Err() == nil {
 		return fmt.Errorf("tool relay session: %w", err)
