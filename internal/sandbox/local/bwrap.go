@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrunner/runner/internal/sandbox"
+	"github.com/agentrunner/runner/internal/sandbox/local/cgroup"
 	"github.com/agentrunner/runner/internal/sandbox/local/seccomp"
 )
 
@@ -270,7 +271,7 @@ type launch struct {
 	net      *netAttach // what attach made; the process owns it
 	args     *os.File   // bwrap reads its arguments from here (--args)
 	argsData []byte
-	cg       *cgroup
+	cg       *cgroup.Group
 }
 
 // command builds the bwrap command that runs path in s. Everything but the
@@ -381,7 +382,7 @@ func (b *bwrap) command(s *Sandbox, path string, argv, env []string, dir string)
 		b.user.userns(cmd.SysProcAttr)
 	}
 	if s.cg != nil {
-		if cfd, ok := s.cg.fd(); ok {
+		if cfd, ok := s.cg.FD(); ok {
 			cmd.SysProcAttr.UseCgroupFD = true
 			cmd.SysProcAttr.CgroupFD = cfd
 		}
@@ -403,8 +404,8 @@ func (l *launch) started() (pidfd int, err error) {
 	}
 	l.child = nil
 	defer l.close()
-	if l.cg != nil && l.cg.needsPid() {
-		if err := l.cg.add(l.cmd.Process.Pid); err != nil {
+	if l.cg != nil && l.cg.NeedsPid() {
+		if err := l.cg.Add(l.cmd.Process.Pid); err != nil {
 			return -1, fmt.Errorf("move the sandbox into its cgroup: %w", err)
 		}
 	}

@@ -164,6 +164,11 @@ func ext4MountsUnder(dir string) []string {
 	return out
 }
 
+// unescape undoes mountinfo's octal escapes of a path.
+func unescape(s string) string {
+	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
+}
+
 // image is where the image of the disk mounted at dir lives: beside a
 // state dir, inside a sandbox's own root otherwise (disk.img next to the
 // mount point "disk").

@@ -14,7 +14,7 @@
 // "host" shares the host's instead, for development. "off" has loopback
 // only; allowlist traffic leaves only through a per-sandbox HTTP/CONNECT
 // proxy on a unix socket (proxy.go). Memory, pids and CPU are limited by a per-sandbox cgroup
-// (v2 when its controllers are usable, else v1; cgroup.go), disk by a
+// (v2 when its controllers are usable, else v1; package cgroup), disk by a
 // loop-mounted image per sandbox (disk_linux.go), and a seccomp
 // filter (package seccomp, the denied list is documented there) is loaded by bwrap
 // just before exec. A root runner can run sandboxes as an unprivileged host

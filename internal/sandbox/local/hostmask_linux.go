@@ -2,10 +2,13 @@ package local
 
 import (
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
+
+	"github.com/agentrunner/runner/internal/sandbox/local/cgroup"
 )
 
 // Host unix sockets. A read-only mount does not stop connect(2), so every
@@ -158,21 +161,17 @@ func sysMasks() []string {
 // cgroupBinds put the sandbox's own cgroup where /sys/fs/cgroup was,
 // read-only: the v2 group itself, or each v1 controller's group under its
 // controller's name.
-func cgroupBinds(cg *cgroup) []string {
+func cgroupBinds(cg *cgroup.Group) []string {
 	if cg == nil {
 		return nil
 	}
-	if cg.v2 {
-		return []string{"--ro-bind", cg.dirs[""], "/sys/fs/cgroup"}
+	dirs := cg.Dirs()
+	if dir, v2 := dirs[""]; v2 {
+		return []string{"--ro-bind", dir, "/sys/fs/cgroup"}
 	}
-	ctls := make([]string, 0, len(cg.dirs))
-	for c := range cg.dirs {
-		ctls = append(ctls, c)
-	}
-	sort.Strings(ctls)
 	var args []string
-	for _, c := range ctls {
-		args = append(args, "--ro-bind", cg.dirs[c], filepath.Join("/sys/fs/cgroup", c))
+	for _, c := range slices.Sorted(maps.Keys(dirs)) {
+		args = append(args, "--ro-bind", dirs[c], filepath.Join("/sys/fs/cgroup", c))
 	}
 	return args
 }

@@ -36,15 +36,15 @@ func TestCgroupInForce(t *testing.T) {
 	if _, err := io.ReadFull(proc.Stdout(), make([]byte, 2)); err != nil {
 		t.Fatal(err)
 	}
-	cg := sb.(*Sandbox).cg
+	dirs := sb.(*Sandbox).cg.Dirs()
 	want := map[string]string{"memory.max": "104857600", "pids.max": "50", "cpu.max": "50000 100000"}
-	if !cg.v2 {
+	if _, v2 := dirs[""]; !v2 {
 		want = map[string]string{"memory/memory.limit_in_bytes": "104857600", "pids/pids.max": "50", "cpu/cpu.cfs_quota_us": "50000"}
 	}
 	for file, value := range want {
-		dir := cg.dirs[""]
+		dir := dirs[""]
 		if c, f, ok := strings.Cut(file, "/"); ok {
-			dir, file = cg.dirs[c], f
+			dir, file = dirs[c], f
 		}
 		if got, _ := os.ReadFile(filepath.Join(dir, file)); strings.TrimSpace(string(got)) != value {
 			t.Errorf("%s = %q, want %s", file, got, value)

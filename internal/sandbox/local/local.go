@@ -23,6 +23,7 @@ import (
 	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandbox/egress"
+	"github.com/agentrunner/runner/internal/sandbox/local/cgroup"
 )
 
 // Isolation values for Config.Isolation.
@@ -42,7 +43,7 @@ const (
 
 // DefaultCPUs is the CPU limit of a sandbox when none is configured: half
 // the host's CPUs, at least one, so no single sandbox takes the whole host;
-// under contention sandboxes share by equal weight (cgroup.go).
+// under contention sandboxes share by equal weight (package cgroup).
 func DefaultCPUs() float64 { return max(1, float64(runtime.NumCPU())/2) }
 
 // Config configures the local provider. The zero value of every field but
@@ -113,12 +114,17 @@ type Config struct {
 	Logger    *slog.Logger
 }
 
+// limitsOf is what each sandbox's cgroup enforces.
+func limitsOf(cfg Config) cgroup.Limits {
+	return cgroup.Limits{MemoryBytes: int64(cfg.MemoryMB) << 20, Pids: int64(cfg.Pids), CPUs: cfg.CPUs}
+}
+
 // Provider creates local sandboxes.
 type Provider struct {
 	cfg Config
 	log *slog.Logger
-	bw  *bwrap   // nil with isolation "none"
-	cg  *cgroups // nil when no limit is asked for or with isolation "none"
+	bw  *bwrap         // nil with isolation "none"
+	cg  *cgroup.Parent // nil when no limit is asked for or with isolation "none"
 	// net is the isolated network of mode "on"; nil with NetworkHost, or
 	// when it cannot work here, and then netErr says why.
 	net    *netstack
@@ -197,7 +203,7 @@ func New(cfg Config) (*Provider, error) {
 		return nil, err
 	}
 	instance := sha256.Sum256([]byte(cfg.Dir))
-	if p.cg, err = newCgroups(limitsOf(cfg), hex.EncodeToString(instance[:6])); err != nil {
+	if p.cg, err = cgroup.New(limitsOf(cfg), hex.EncodeToString(instance[:6])); err != nil {
 		return nil, errdefs.With(errdefs.ErrUnavailable, fmt.Errorf("local sandbox limits: %w; give the runner a writable cgroup (root on the host; in a container, /sys/fs/cgroup mounted writable, or a delegated cgroup v2 subtree), or turn the limits off with AGENTA_RUNNER_LOCAL_MEMORY_MB=0 AGENTA_RUNNER_LOCAL_PIDS=0 AGENTA_RUNNER_LOCAL_CPUS=0", err))
 	}
 	if cfg.DiskMB > 0 {
@@ -255,7 +261,7 @@ func (p *Provider) Describe() map[string]any {
 		limits["cpus"] = p.cfg.CPUs
 	}
 	if p.cg != nil {
-		limits["cgroup"] = p.cg.version()
+		limits["cgroup"] = p.cg.Version()
 	}
 	if p.disk != nil {
 		limits["disk_mb"] = p.cfg.DiskMB
@@ -376,7 +382,7 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandb
 		}
 	}
 	if p.cg != nil {
-		if sb.cg, err = p.cg.create(id); err != nil {
+		if sb.cg, err = p.cg.Create(id); err != nil {
 			sb.teardown()
 			return nil, fmt.Errorf("create sandbox %s: %w", id, err)
 		}
@@ -466,9 +472,9 @@ type Sandbox struct {
 	spec  sandbox.Spec
 	info  sandbox.Info
 	log   *slog.Logger
-	cg    *cgroup  // nil without limits
-	proxy *proxy   // mode "allowlist"; mode "on" when it forwards to the host's loopback
-	args  []string // the bwrap arguments shared by every process
+	cg    *cgroup.Group // nil without limits
+	proxy *proxy        // mode "allowlist"; mode "on" when it forwards to the host's loopback
+	args  []string      // the bwrap arguments shared by every process
 	// open and openTo are what Spec.Network.Allow opens under mode "on".
 	open   []netip.Prefix
 	openTo []netip.AddrPort
@@ -548,7 +554,7 @@ func (s *Sandbox) teardown() error {
 	}
 	reapSlirps(s.root)
 	if s.cg != nil {
-		if err := s.cg.destroy(); err != nil {
+		if err := s.cg.Destroy(); err != nil {
 			errs = append(errs, err)
 		}
 	}

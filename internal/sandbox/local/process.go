@@ -18,6 +18,7 @@ import (
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/sandbox"
+	"github.com/agentrunner/runner/internal/sandbox/local/cgroup"
 )
 
 // Start implements sandbox.Sandbox.
@@ -107,7 +108,7 @@ func (s *Sandbox) start(ctx context.Context, c sandbox.Cmd) (sandbox.Process, er
 	p := &process{cmd: cmd, stdin: stdin, stdout: &eofCloser{f: stdout}, stderr: newTail(8 << 10), done: make(chan struct{}), cg: s.cg, bwrap: s.p.bw != nil, pidfd: -1}
 	cmd.Stderr = p.stderr
 	if s.cg != nil {
-		p.before = s.cg.counters()
+		p.before = s.cg.Counters()
 	}
 	s.mu.Lock()
 	if s.destroyed {
@@ -154,7 +155,7 @@ func (s *Sandbox) start(ctx context.Context, c sandbox.Cmd) (sandbox.Process, er
 		p.waitErr = cmd.Wait()
 		p.net.close() // slirp4netns ends with the sandbox
 		if p.cg != nil {
-			p.after = p.cg.counters()
+			p.after = p.cg.Counters()
 		}
 		p.mu.Lock()
 		if p.pidfd >= 0 {
@@ -225,13 +226,13 @@ type process struct {
 	done    chan struct{}
 	waitErr error
 	bwrap   bool
-	cg      *cgroup
+	cg      *cgroup.Group
 	net     *netAttach // nil unless network "on" is isolated
 	// mu guards pidfd, bwrap's sandbox init; -1 when there is none.
 	mu    sync.Mutex
 	pidfd int
 	// before and after are the cgroup's limit events around the process.
-	before, after counters
+	before, after cgroup.Counters
 }
 
 func (p *process) Stdin() io.WriteCloser { return p.stdin }
@@ -270,7 +271,7 @@ func (p *process) Wait() error {
 	err := exitError(p.waitErr, p.bwrap)
 	var ee *sandbox.ExitError
 	if errors.As(err, &ee) {
-		ee.Reason = p.after.reason(p.before)
+		ee.Reason = p.after.Reason(p.before)
 	}
 	return err
 }

@@ -1,10 +1,10 @@
-package local
+package cgroup
 
 import (
-	"bufio"
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,16 +13,24 @@ import (
 	"time"
 )
 
-// limits is what each sandbox's cgroup enforces; a zero field is no limit.
+// Limits is what each sandbox's group enforces; a zero field is no limit.
+type Limits struct {
+	MemoryBytes int64
+	Pids        int64
+	// CPUs is a quota in CPUs (1.5: one and a half CPUs' time each
+	// period). With it every sandbox also gets an equal share of contended
+	// CPU (cgroup v2 cpu.weight; v1 cpu.shares scaled from it): the kernel
+	// then divides the CPU between sandboxes, not between their threads,
+	// so a tenant running many threads does not slow its neighbours down.
+	CPUs float64
+}
+
+// limits is Limits in the kernel's units.
 type limits struct {
 	memoryBytes int64
 	pids        int64
 	cpuQuota    int64 // microseconds per cpuPeriod
-	// cpuWeight is every sandbox's equal share of contended CPU (cgroup
-	// v2 cpu.weight; v1 cpu.shares scaled from it): the kernel then
-	// divides the CPU between sandboxes, not between their threads, so a
-	// tenant running many threads does not slow its neighbours down.
-	cpuWeight int64
+	cpuWeight   int64
 }
 
 const (
@@ -30,39 +38,41 @@ const (
 	cpuWeight = 100 // the kernel's default weight, written explicitly
 )
 
-func limitsOf(cfg Config) limits {
-	var l limits
-	if cfg.MemoryMB > 0 {
-		l.memoryBytes = int64(cfg.MemoryMB) << 20
+func (l Limits) compile() limits {
+	var c limits
+	if l.MemoryBytes > 0 {
+		c.memoryBytes = l.MemoryBytes
 	}
-	if cfg.Pids > 0 {
-		l.pids = int64(cfg.Pids)
+	if l.Pids > 0 {
+		c.pids = l.Pids
 	}
-	if cfg.CPUs > 0 {
-		l.cpuQuota = int64(cfg.CPUs * cpuPeriod)
-		l.cpuWeight = cpuWeight
+	if l.CPUs > 0 {
+		c.cpuQuota = int64(l.CPUs * cpuPeriod)
+		c.cpuWeight = cpuWeight
 	}
-	return l
+	return c
 }
 
 func (l limits) none() bool { return l == limits{} }
 
-// cgroups makes one cgroup per sandbox under a parent "agentrunner" group
+// Parent makes one group per sandbox under a parent "agentrunner" group
 // beside the runner's own cgroup. On cgroup v2 a process is started straight
-// into it (CLONE_INTO_CGROUP); on v1 (a hierarchy per controller) bwrap's
-// sandbox child is moved in before it runs the command.
-type cgroups struct {
+// into it (CLONE_INTO_CGROUP); on v1 (a hierarchy per controller) the
+// caller moves the process in before it runs the sandbox's command.
+type Parent struct {
 	v2       bool
 	parents  map[string]string // controller ("memory", "pids", "cpu"; "" on v2) -> parent dir
 	lim      limits
 	instance string // prefixes group names: runners with other data dirs share the parent
 }
 
-// newCgroups finds a usable hierarchy, removes the groups an earlier run of
-// this runner (same instance) left behind with whatever still runs in them,
-// and checks that it can make groups. It returns nil when no limit is asked
-// for.
-func newCgroups(l limits, instance string) (*cgroups, error) {
+// New finds a usable hierarchy, removes the groups an earlier run of this
+// runner (same instance: it prefixes group names, so runners with other
+// data dirs share the parent) left behind with whatever still runs in them,
+// and checks that it can make groups. It returns nil, and no error, when
+// no limit is asked for.
+func New(lim Limits, instance string) (*Parent, error) {
+	l := lim.compile()
 	if l.none() {
 		return nil, nil
 	}
@@ -86,7 +96,7 @@ func newCgroups(l limits, instance string) (*cgroups, error) {
 // removeStale removes this instance's groups from an earlier run: a runner
 // that crashed right after starting a sandbox can leave its processes
 // behind (bwrap's init arms its parent-death signal late).
-func (cs *cgroups) removeStale() {
+func (cs *Parent) removeStale() {
 	for _, parent := range cs.parents {
 		ents, _ := os.ReadDir(parent)
 		for _, e := range ents {
@@ -111,7 +121,7 @@ func (l limits) controllers() []string {
 	return cs
 }
 
-func setupCgroups(l limits, mountinfo, self string) (*cgroups, error) {
+func setupCgroups(l limits, mountinfo, self string) (*Parent, error) {
 	mounts, own := parseMounts(mountinfo), parseSelf(self)
 	need := l.controllers()
 	var v2err error
@@ -123,7 +133,7 @@ func setupCgroups(l limits, mountinfo, self string) (*cgroups, error) {
 		}
 		v2err = err
 	}
-	cg := &cgroups{parents: map[string]string{}, lim: l}
+	cg := &Parent{parents: map[string]string{}, lim: l}
 	for _, c := range need {
 		m, ok := mounts[c]
 		if !ok {
@@ -141,7 +151,7 @@ func setupCgroups(l limits, mountinfo, self string) (*cgroups, error) {
 // setupV2 enables the controllers for the parent group. The "no internal
 // processes" rule forbids that while the runner's own cgroup holds
 // processes, so those move to a leaf first, as container init systems do.
-func setupV2(l limits, own string, need []string) (*cgroups, error) {
+func setupV2(l limits, own string, need []string) (*Parent, error) {
 	avail, err := os.ReadFile(filepath.Join(own, "cgroup.controllers"))
 	if err != nil {
 		return nil, fmt.Errorf("cgroup v2: %w", err)
@@ -173,7 +183,7 @@ func setupV2(l limits, own string, need []string) (*cgroups, error) {
 	if err := writeFile(filepath.Join(parent, "cgroup.subtree_control"), ctl); err != nil {
 		return nil, fmt.Errorf("cgroup v2: %w", err)
 	}
-	return &cgroups{v2: true, parents: map[string]string{"": parent}, lim: l}, nil
+	return &Parent{v2: true, parents: map[string]string{"": parent}, lim: l}, nil
 }
 
 // evacuate moves every process of dir into dir/runner.
@@ -195,49 +205,52 @@ func evacuate(dir string) error {
 }
 
 // check makes and removes a group with the limits applied.
-func (cs *cgroups) check() error {
+func (cs *Parent) check() error {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	cg, err := cs.create(fmt.Sprintf("probe-%x", b))
+	cg, err := cs.Create(fmt.Sprintf("probe-%x", b))
 	if err != nil {
 		return err
 	}
-	return cg.destroy()
+	return cg.Destroy()
 }
 
-func (cs *cgroups) version() string {
+// Version is "v2" or "v1", for the provider's health report.
+func (cs *Parent) Version() string {
 	if cs.v2 {
 		return "v2"
 	}
 	return "v1"
 }
 
-// cgroup is one sandbox's group: a directory per v1 controller, or one v2
+// Group is one sandbox's group: a directory per v1 controller, or one v2
 // directory.
-type cgroup struct {
+type Group struct {
 	v2   bool
 	dirs map[string]string // controller -> dir; "" on v2
 	dfd  *os.File          // v2 directory, for CLONE_INTO_CGROUP
 }
 
-func (cs *cgroups) create(id string) (*cgroup, error) {
-	cg := &cgroup{v2: cs.v2, dirs: map[string]string{}}
+// Create makes the group of sandbox id with the limits written. The caller
+// destroys it.
+func (cs *Parent) Create(id string) (*Group, error) {
+	cg := &Group{v2: cs.v2, dirs: map[string]string{}}
 	for c, parent := range cs.parents {
 		dir := filepath.Join(parent, cs.instance+"-"+id)
 		if err := os.Mkdir(dir, 0o755); err != nil {
-			_ = cg.destroy()
+			_ = cg.Destroy()
 			return nil, fmt.Errorf("cgroup: %w", err)
 		}
 		cg.dirs[c] = dir
 	}
 	if err := cg.apply(cs.lim); err != nil {
-		_ = cg.destroy()
+		_ = cg.Destroy()
 		return nil, err
 	}
 	if cs.v2 {
 		f, err := os.Open(cg.dirs[""])
 		if err != nil {
-			_ = cg.destroy()
+			_ = cg.Destroy()
 			return nil, fmt.Errorf("cgroup: %w", err)
 		}
 		cg.dfd = f
@@ -245,7 +258,7 @@ func (cs *cgroups) create(id string) (*cgroup, error) {
 	return cg, nil
 }
 
-func (cg *cgroup) apply(l limits) error {
+func (cg *Group) apply(l limits) error {
 	type setting struct{ ctl, file, value string }
 	var set []setting
 	if cg.v2 {
@@ -283,18 +296,21 @@ func (cg *cgroup) apply(l limits) error {
 	return nil
 }
 
-// fd is the directory to start processes in (v2).
-func (cg *cgroup) fd() (int, bool) {
+// FD is the group's directory to start processes in (v2:
+// SysProcAttr.CgroupFD); false on v1.
+func (cg *Group) FD() (int, bool) {
 	if cg.dfd == nil {
 		return 0, false
 	}
 	return int(cg.dfd.Fd()), true
 }
 
-// needsPid reports whether processes must be moved in after they start (v1).
-func (cg *cgroup) needsPid() bool { return !cg.v2 }
+// NeedsPid reports whether processes must be moved in after they start
+// (v1), with Add.
+func (cg *Group) NeedsPid() bool { return !cg.v2 }
 
-func (cg *cgroup) add(pid int) error {
+// Add moves the process pid into the group.
+func (cg *Group) Add(pid int) error {
 	for _, dir := range cg.dirs {
 		if err := writeFile(filepath.Join(dir, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
 			return fmt.Errorf("cgroup: %w", err)
@@ -303,11 +319,16 @@ func (cg *cgroup) add(pid int) error {
 	return nil
 }
 
-// counters are the limit events a cgroup has seen so far.
-type counters struct{ oomKills, pidsMax int64 }
+// Dirs maps each v1 controller to the group's directory of it; on v2 the
+// one directory is under "". It is a copy.
+func (cg *Group) Dirs() map[string]string { return maps.Clone(cg.dirs) }
 
-func (cg *cgroup) counters() counters {
-	var c counters
+// Counters are the limit events a group has seen so far.
+type Counters struct{ oomKills, pidsMax int64 }
+
+// Counters reads the group's limit events.
+func (cg *Group) Counters() Counters {
+	var c Counters
 	if cg.v2 {
 		c.oomKills = keyed(filepath.Join(cg.dirs[""], "memory.events"), "oom_kill")
 		c.pidsMax = keyed(filepath.Join(cg.dirs[""], "pids.events"), "max")
@@ -322,8 +343,9 @@ func (cg *cgroup) counters() counters {
 	return c
 }
 
-// reason names the limit hit since before, if any.
-func (c counters) reason(before counters) string {
+// Reason names the limit hit since before, if any: "out of memory", "too
+// many processes", or "".
+func (c Counters) Reason(before Counters) string {
 	switch {
 	case c.oomKills > before.oomKills:
 		return "out of memory"
@@ -333,8 +355,8 @@ func (c counters) reason(before counters) string {
 	return ""
 }
 
-// destroy kills what is left in the group and removes it. Idempotent.
-func (cg *cgroup) destroy() error {
+// Destroy kills what is left in the group and removes it. Idempotent.
+func (cg *Group) Destroy() error {
 	if cg.dfd != nil {
 		cg.dfd.Close()
 		cg.dfd = nil
@@ -372,74 +394,6 @@ func removeGroup(dir string, v2 bool) error {
 		}
 	}
 	return fmt.Errorf("remove cgroup: %w", err)
-}
-
-type mount struct{ point, root string }
-
-// parseMounts maps each v1 controller, and "cgroup2", to its mount.
-func parseMounts(mountinfo string) map[string]mount {
-	out := map[string]mount{}
-	sc := bufio.NewScanner(strings.NewReader(mountinfo))
-	for sc.Scan() {
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
-		}
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if len(f) < 5 || len(g) < 3 {
-			continue
-		}
-		m := mount{point: unescape(f[4]), root: unescape(f[3])}
-		switch g[0] {
-		case "cgroup2":
-			if _, dup := out["cgroup2"]; !dup {
-				out["cgroup2"] = m
-			}
-		case "cgroup":
-			for _, opt := range strings.Split(g[2], ",") {
-				if _, dup := out[opt]; !dup && opt != "rw" && opt != "ro" {
-					out[opt] = m
-				}
-			}
-		}
-	}
-	return out
-}
-
-// parseSelf maps each v1 controller, and "" for v2, to this process's
-// cgroup path.
-func parseSelf(self string) map[string]string {
-	out := map[string]string{}
-	for _, line := range strings.Split(self, "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		if parts[1] == "" {
-			out[""] = parts[2]
-			continue
-		}
-		for _, c := range strings.Split(parts[1], ",") {
-			out[c] = parts[2]
-		}
-	}
-	return out
-}
-
-// relTo returns path relative to a mount's root (containers mount a
-// sub-tree of the hierarchy).
-func relTo(path, root string) string {
-	if root == "/" || root == "" {
-		return path
-	}
-	if rel, ok := strings.CutPrefix(path, root); ok {
-		return rel
-	}
-	return path
-}
-
-func unescape(s string) string {
-	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
 }
 
 // keyed reads "key value" lines and returns the value of key, 0 if absent.

@@ -1,4 +1,4 @@
-package local
+package cgroup
 
 import (
 	"os"
@@ -70,10 +70,10 @@ func read(t *testing.T, path string) string {
 }
 
 func TestCgroupApply(t *testing.T) {
-	l := limitsOf(Config{MemoryMB: 64, Pids: 32, CPUs: 1.5})
+	l := Limits{MemoryBytes: 64 << 20, Pids: 32, CPUs: 1.5}.compile()
 	t.Run("v2", func(t *testing.T) {
 		dir := fakeGroup(t, "memory.max", "pids.max", "cpu.max", "cpu.weight") // no swap accounting
-		cg := &cgroup{v2: true, dirs: map[string]string{"": dir}}
+		cg := &Group{v2: true, dirs: map[string]string{"": dir}}
 		if err := cg.apply(l); err != nil {
 			t.Fatal(err)
 		}
@@ -90,7 +90,7 @@ func TestCgroupApply(t *testing.T) {
 		mem := fakeGroup(t, "memory.limit_in_bytes", "memory.memsw.limit_in_bytes")
 		pids := fakeGroup(t, "pids.max")
 		cpu := fakeGroup(t, "cpu.cfs_period_us", "cpu.cfs_quota_us", "cpu.shares")
-		cg := &cgroup{dirs: map[string]string{"memory": mem, "pids": pids, "cpu": cpu}}
+		cg := &Group{dirs: map[string]string{"memory": mem, "pids": pids, "cpu": cpu}}
 		if err := cg.apply(l); err != nil {
 			t.Fatal(err)
 		}
@@ -121,17 +121,17 @@ func TestCgroupReason(t *testing.T) {
 	}
 	write("memory.events", "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
 	write("pids.events", "max 0\n")
-	cg := &cgroup{v2: true, dirs: map[string]string{"": dir}}
-	before := cg.counters()
-	if got := cg.counters().reason(before); got != "" {
+	cg := &Group{v2: true, dirs: map[string]string{"": dir}}
+	before := cg.Counters()
+	if got := cg.Counters().Reason(before); got != "" {
 		t.Errorf("reason with no new events = %q", got)
 	}
 	write("pids.events", "max 4\n")
-	if got := cg.counters().reason(before); got != "too many processes" {
+	if got := cg.Counters().Reason(before); got != "too many processes" {
 		t.Errorf("reason = %q, want too many processes", got)
 	}
 	write("memory.events", "oom_kill 2\n")
-	if got := cg.counters().reason(before); got != "out of memory" {
+	if got := cg.Counters().Reason(before); got != "out of memory" {
 		t.Errorf("reason = %q, want out of memory", got)
 	}
 }
@@ -141,7 +141,7 @@ func TestSetupCgroupsV2WithoutControllers(t *testing.T) {
 	// controllers: New must fail and say why.
 	root := fakeGroup(t, "cgroup.controllers")
 	mi := "41 31 0:38 / " + root + " rw,relatime - cgroup2 cgroup2 rw\n"
-	_, err := setupCgroups(limitsOf(Config{MemoryMB: 64}), mi, "0::/\n")
+	_, err := setupCgroups(Limits{MemoryBytes: 64 << 20}.compile(), mi, "0::/\n")
 	if err == nil {
 		t.Fatal("setupCgroups succeeded without any memory controller")
 	}
