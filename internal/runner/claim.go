@@ -31,10 +31,14 @@ func (s *Service) claim(ctx context.Context, t *turn) error {
 		return nil
 	}
 	now := time.Now()
-	if h, ok := s.heldLease(t.key); ok && h.until.After(now.Add(s.cfg.LeaseTTL/2)) {
+	if h, ok := s.heldLease(t.key); ok && h.until.After(now.Add(s.cfg.LeaseTTL/2)) && s.health.state() == nil {
 		// Held: no store call. Should another replica have taken the
 		// session over meanwhile, the turn's first commit carries the
-		// old generation and is refused (fenced).
+		// old generation and is refused (fenced). Not while the store
+		// fails: cut off from it, this replica may look gone to the
+		// others, which then take its sessions over; the lease is read
+		// (and the turn refused) before a harness runs on a session
+		// that may be served elsewhere.
 		t.leaseUntil, t.generation = h.until, h.generation
 		t.cached = h.session
 		return nil

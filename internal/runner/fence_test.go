@@ -1,10 +1,12 @@
 package runner_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -147,5 +149,79 @@ func TestTakenOverMidTurn(t *testing.T) {
 	next := collect(t, b, req{session: "s", messages: []string{"say after"}}.wire())
 	if !next.res.OK {
 		t.Fatalf("new owner's turn: %s", next.res.Error)
+	}
+}
+
+// cutOff is a real store whose lease reads and probes fail while cut
+// (this replica cut off from it), and which counts lease acquisitions.
+type cutOff struct {
+	store.Store
+	cut      atomic.Bool
+	acquires atomic.Int32
+}
+
+var _ store.TurnWriter = (*cutOff)(nil)
+
+func (c *cutOff) Probe(ctx context.Context) error {
+	if c.cut.Load() {
+		return errors.New("cut off")
+	}
+	return nil
+}
+
+func (c *cutOff) GetLease(ctx context.Context, k store.SessionKey) (store.Lease, error) {
+	if c.cut.Load() {
+		return store.Lease{}, errors.New("cut off")
+	}
+	return c.Store.GetLease(ctx, k)
+}
+
+func (c *cutOff) AcquireLease(ctx context.Context, k store.SessionKey, owner string, now time.Time, ttl time.Duration) (store.Lease, error) {
+	c.acquires.Add(1)
+	return c.Store.AcquireLease(ctx, k, owner, now, ttl)
+}
+
+func (c *cutOff) BeginTurnWithEvents(ctx context.Context, t store.Turn, evs []store.Event) (int64, error) {
+	return c.Store.(store.TurnWriter).BeginTurnWithEvents(ctx, t, evs)
+}
+
+func (c *cutOff) EndTurnWithEvents(ctx context.Context, t store.Turn, evs []store.Event) (store.Turn, int64, error) {
+	return c.Store.(store.TurnWriter).EndTurnWithEvents(ctx, t, evs)
+}
+
+func (c *cutOff) WriteTurnWithEvents(ctx context.Context, b store.Turn, evs []store.Event, e store.Turn) (store.Turn, int64, error) {
+	return c.Store.(store.TurnWriter).WriteTurnWithEvents(ctx, b, evs, e)
+}
+
+// TestHeldLeaseNotTrustedWhileTheStoreFails: a warm session's turn
+// trusts the lease this replica holds without a store call; but while
+// the store fails (this replica may be cut off, and look gone to the
+// others, which may take its sessions over) the lease is acquired again
+// first.
+func TestHeldLeaseNotTrustedWhileTheStoreFails(t *testing.T) {
+	sa, _ := sharedPostgres(t)
+	cs := &cutOff{Store: sa}
+	a := replica(t, "replica-a", cs)
+	w := a.WatchStore(time.Hour)
+	w.Start()
+	defer w.Stop()
+
+	collect(t, a, req{session: "s", messages: []string{"say one"}}.wire())
+	held := cs.acquires.Load()
+	collect(t, a, req{session: "s", messages: []string{"say two"}}.wire())
+	if got := cs.acquires.Load(); got != held {
+		t.Fatalf("a warm turn on a held lease acquired it %d times, want none", got-held)
+	}
+
+	cs.cut.Store(true)
+	if _, _, err := a.Holder(t.Context(), store.SessionKey{ProjectID: "p", SessionID: "other"}); err == nil {
+		t.Fatal("a lease read on a cut-off store succeeded")
+	}
+	if a.Ready() == nil {
+		t.Fatal("the replica is ready with its store failing")
+	}
+	_, _ = a.Run(t.Context(), req{session: "s", messages: []string{"say three"}}.wire(), nil)
+	if got := cs.acquires.Load(); got == held {
+		t.Fatal("a warm turn trusted its held lease while the store failed")
 	}
 }
