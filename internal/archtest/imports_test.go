@@ -26,7 +26,7 @@ var layers = []struct {
 }{
 	// Leaves: libraries that import nothing of the module.
 	{0, []string{"internal/errdefs", "internal/logkey", "internal/lograte", "internal/jsonrpc",
-		"internal/metrics", "internal/config", "internal/filetree", "internal/testreport", "internal/archtest",
+		"internal/metrics", "internal/config", "internal/filetree", "internal/tailbuf", "internal/testreport", "internal/archtest",
 		"internal/client"}},
 	// The vocabulary the families speak.
 	{1, []string{"internal/wire", "internal/sandbox/egress", "internal/pool"}},
@@ -38,12 +38,12 @@ var layers = []struct {
 	// request carries tools.
 	{3, []string{"internal/agent", "internal/jobs"}},
 	// Pieces implementations share, an implementation's own parts (the
-	// local provider's seccomp filter and cgroups), the turn's event log, and the
+	// local provider's seccomp filter, cgroups and network stack), the turn's event log, and the
 	// harnesses' catalogue and configuration (their launch specs are
 	// agent's, their checks run in a sandbox), and forwarding between
 	// replicas (it reads the store's registry).
 	{4, []string{"internal/sandboxd/client", "internal/store/sqlstore", "internal/store/pgcut", "internal/eventlog", "internal/sandbox/local/seccomp",
-		"internal/sandbox/local/cgroup", "internal/harness", "internal/peer"}},
+		"internal/sandbox/local/cgroup", "internal/sandbox/local/netstack", "internal/harness", "internal/peer"}},
 	// Implementations (test kits among them are placed below first).
 	{5, []string{"internal/sandbox/local", "internal/sandbox/daytona", "internal/sandbox/kubernetes", "internal/store/sqlite", "internal/store/postgres",
 		"internal/agent/acp", "internal/workspace/fs", "internal/workspace/s3", "internal/workspace/resign",

@@ -7,12 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandbox/local/cgroup"
+	"github.com/agentrunner/runner/internal/sandbox/local/netstack"
 	"github.com/agentrunner/runner/internal/sandbox/local/seccomp"
 )
 
@@ -192,10 +191,7 @@ func (b *bwrap) sandboxArgs(s *Sandbox) []string {
 		// The host's resolver may be on its loopback (systemd-resolved,
 		// Docker's 127.0.0.11), which the sandbox does not reach.
 		if target, err := filepath.EvalSymlinks("/etc/resolv.conf"); err == nil {
-			resolv := s.p.net.resolv
-			if s.mode == "allowlist" {
-				resolv = s.p.net.resolvAllow
-			}
+			resolv := s.p.net.ResolvConf(s.mode == "allowlist")
 			args = append(args, "--ro-bind", resolv, target)
 		}
 	}
@@ -214,10 +210,10 @@ func (b *bwrap) sandboxArgs(s *Sandbox) []string {
 		args = b.bind(args, flag, bd.Path)
 	}
 	if s.dns != nil {
-		args = b.bind(args, "--ro-bind", s.dns.path)
+		args = b.bind(args, "--ro-bind", s.dns.Path())
 	}
 	if s.proxy != nil {
-		args = b.bind(args, "--ro-bind", s.proxy.path)
+		args = b.bind(args, "--ro-bind", s.proxy.Path())
 		args = b.expose(args, s, b.bridge[0])
 	}
 	return args
@@ -267,9 +263,9 @@ type launch struct {
 	child    []*os.File // the child's ends, closed once it started
 	info     *os.File   // bwrap writes {"child-pid": n} here
 	block    *os.File   // the sandbox waits for a byte here (--block-fd)
-	attach   func(pid int) (*netAttach, error)
-	net      *netAttach // what attach made; the process owns it
-	args     *os.File   // bwrap reads its arguments from here (--args)
+	attach   func(pid int) (*netstack.Attachment, error)
+	net      *netstack.Attachment // what attach made; the process owns it
+	args     *os.File             // bwrap reads its arguments from here (--args)
 	argsData []byte
 	cg       *cgroup.Group
 }
@@ -323,15 +319,15 @@ func (b *bwrap) command(s *Sandbox, path string, argv, env []string, dir string)
 		l.child = append(l.child, br)
 		blockFD := fd(br)
 		args = append(args, "--block-fd", blockFD)
-		l.attach = func(pid int) (*netAttach, error) {
-			pol, seen, err := s.p.net.policy(s)
+		l.attach = func(pid int) (*netstack.Attachment, error) {
+			pol, seen, err := s.netPolicy()
 			if err != nil {
 				return nil, err
 			}
-			a, err := s.p.net.attach(pid, blockFD, s.root, pol)
+			a, err := s.p.net.Attach(pid, blockFD, s.root, pol)
 			if err == nil && s.dns != nil {
 				if err = s.trackNet(a, seen); err != nil {
-					a.close()
+					a.Close()
 					return nil, err
 				}
 			}
@@ -358,16 +354,16 @@ func (b *bwrap) command(s *Sandbox, path string, argv, env []string, dir string)
 	}
 	if s.proxy != nil {
 		line = append(line, b.bridge...)
-		listen := proxyListen
+		listen := netstack.ProxyListen
 		if s.mode == "on" {
 			listen = "-" // forwards only; no HTTP proxy
 		}
-		line = append(line, s.proxy.path, listen)
+		line = append(line, s.proxy.Path(), listen)
 		for _, addr := range s.forwards {
 			line = append(line, "--forward", addr)
 		}
 		if s.dns != nil {
-			line = append(line, "--dns", s.dns.path)
+			line = append(line, "--dns", s.dns.Path())
 		}
 		line = append(line, "--")
 	}
@@ -438,7 +434,7 @@ func (l *launch) started() (pidfd int, err error) {
 			return -1, fmt.Errorf("network \"on\": %w", err)
 		}
 		if _, err := l.block.Write([]byte{1}); err != nil {
-			net.close()
+			net.Close()
 			unix.Close(pidfd)
 			return -1, errors.New("bwrap exited before its network was attached")
 		}
@@ -505,36 +501,4 @@ func (p *Provider) probe(ctx context.Context) error {
 		return fmt.Errorf("a trivial sandbox failed: %w", err)
 	}
 	return nil
-}
-
-// loopbackForwards are the allowlist's host:port entries on the host's
-// loopback (a model server on localhost): the bridge serves each at the
-// same address on the sandbox's own loopback.
-func loopbackForwards(allow []string) []string {
-	var out []string
-	seen := map[string]bool{}
-	for _, e := range allow {
-		e = strings.TrimPrefix(strings.TrimPrefix(e, "http://"), "https://")
-		if i := strings.IndexByte(e, '/'); i >= 0 {
-			e = e[:i]
-		}
-		host, port, err := net.SplitHostPort(e)
-		if err != nil || port == "" {
-			continue
-		}
-		if host == "localhost" {
-			host = "127.0.0.1"
-		}
-		ip := net.ParseIP(host)
-		if ip == nil || !ip.IsLoopback() || ip.To4() == nil {
-			continue
-		}
-		addr := net.JoinHostPort(host, port)
-		if addr == proxyListen || seen[addr] {
-			continue
-		}
-		seen[addr] = true
-		out = append(out, addr)
-	}
-	return out
 }

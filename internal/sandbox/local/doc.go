@@ -10,10 +10,10 @@
 // (read-only with Spec.ReadOnly).
 // Every network mode gets its own network namespace. "on" reaches the
 // public internet through slirp4netns, with an nftables table that rejects
-// the host and private ranges (netstack.go, netrules.go); Config.Network
+// the host and private ranges (package netstack); Config.Network
 // "host" shares the host's instead, for development. "off" has loopback
 // only; allowlist traffic leaves only through a per-sandbox HTTP/CONNECT
-// proxy on a unix socket (proxy.go). Memory, pids and CPU are limited by a per-sandbox cgroup
+// proxy on a unix socket (netstack.Proxy). Memory, pids and CPU are limited by a per-sandbox cgroup
 // (v2 when its controllers are usable, else v1; package cgroup), disk by a
 // loop-mounted image per sandbox (disk_linux.go), and a seccomp
 // filter (package seccomp, the denied list is documented there) is loaded by bwrap

@@ -24,6 +24,7 @@ import (
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandbox/egress"
 	"github.com/agentrunner/runner/internal/sandbox/local/cgroup"
+	"github.com/agentrunner/runner/internal/sandbox/local/netstack"
 )
 
 // Isolation values for Config.Isolation.
@@ -85,7 +86,7 @@ type Config struct {
 	SandboxUID int
 	SandboxGID int
 	// Network is how network "on" reaches out: NetworkIsolated (the
-	// default: slirp4netns and an nftables table, netstack.go) or
+	// default: slirp4netns and an nftables table, package netstack) or
 	// NetworkHost (the host's network namespace).
 	Network string
 	// NetAllow are destinations network "on" reaches besides the
@@ -127,7 +128,7 @@ type Provider struct {
 	cg  *cgroup.Parent // nil when no limit is asked for or with isolation "none"
 	// net is the isolated network of mode "on"; nil with NetworkHost, or
 	// when it cannot work here, and then netErr says why.
-	net    *netstack
+	net    *netstack.Stack
 	netErr error
 	// notifier follows the durable trees of its sandboxes (WatchTree).
 	notifier filetree.Notifier
@@ -147,7 +148,7 @@ var (
 // fails with the cause and the ways out otherwise; it never falls back to a
 // weaker isolation.
 func New(cfg Config) (*Provider, error) {
-	if os.Getenv(netSetupEnv) == "1" {
+	if os.Getenv(netstack.SetupEnv) == "1" {
 		return nil, fmt.Errorf("this process was started as a sandbox's network installer (%s) but its main did not dispatch that to local.NetSetupMain", NetSetupCommand)
 	}
 	if cfg.Isolation == "" {
@@ -296,7 +297,7 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandb
 	}
 	// The runner's own services are listed too: the proxy admits them by
 	// name, and its dialer lets them through the refused ranges.
-	allow, err := parseAllowlist(append(slices.Clone(spec.Network.Allow), spec.Network.Runner...))
+	allow, err := netstack.ParseAllowlist(append(slices.Clone(spec.Network.Allow), spec.Network.Runner...))
 	if err != nil {
 		return nil, err
 	}
@@ -405,7 +406,7 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandb
 }
 
 // startProxy starts the sandbox's host-side proxy, admitting allow.
-func (s *Sandbox) startProxy(allow *allowlist) error {
+func (s *Sandbox) startProxy(allow *netstack.Allowlist) error {
 	sock := filepath.Join(s.root, "proxy.sock")
 	if len(sock) > 107 { // sun_path
 		return errdefs.Unprocessablef("network mode %s: the proxy socket path %s is longer than a unix socket allows (108 bytes); use a shorter AGENTA_RUNNER_DATA_DIR", s.mode, sock)
@@ -419,9 +420,9 @@ func (s *Sandbox) startProxy(allow *allowlist) error {
 		}
 		runner = append(runner, ap)
 	}
-	s.proxy, err = startProxy(sock, allow, s.p.cfg.Egress.ControlExcept(runner), s.log, s.spec.OnEvent)
+	s.proxy, err = netstack.StartProxy(sock, allow, s.p.cfg.Egress.ControlExcept(runner), s.log, s.spec.OnEvent)
 	if err == nil {
-		err = s.p.user().own(s.proxy.path)
+		err = s.p.user().own(s.proxy.Path())
 	}
 	if err != nil {
 		return fmt.Errorf("create sandbox %s: %w", s.info.ID, err)
@@ -472,9 +473,9 @@ type Sandbox struct {
 	spec  sandbox.Spec
 	info  sandbox.Info
 	log   *slog.Logger
-	cg    *cgroup.Group // nil without limits
-	proxy *proxy        // mode "allowlist"; mode "on" when it forwards to the host's loopback
-	args  []string      // the bwrap arguments shared by every process
+	cg    *cgroup.Group   // nil without limits
+	proxy *netstack.Proxy // mode "allowlist"; mode "on" when it forwards to the host's loopback
+	args  []string        // the bwrap arguments shared by every process
 	// open and openTo are what Spec.Network.Allow opens under mode "on".
 	open   []netip.Prefix
 	openTo []netip.AddrPort
@@ -482,7 +483,7 @@ type Sandbox struct {
 	// the sandbox's own loopback: the request's, and under mode "on" the
 	// operator's (AGENTA_RUNNER_LOCAL_NETWORK_ALLOW).
 	forwards []string
-	dns      *dnsForwarder // mode "allowlist" with an isolated network
+	dns      *netstack.DNSForwarder // mode "allowlist" with an isolated network
 
 	// mu guards the following.
 	mu        sync.Mutex
@@ -490,7 +491,7 @@ type Sandbox struct {
 	destroyed bool
 	// nets are the live processes' networks, resolved what the DNS
 	// forwarder opened so far (mode "allowlist").
-	nets     map[*netAttach]struct{}
+	nets     map[*netstack.Attachment]struct{}
 	resolved []netip.Addr
 }
 
@@ -547,12 +548,12 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 func (s *Sandbox) teardown() error {
 	var errs []error
 	if s.proxy != nil {
-		s.proxy.close()
+		s.proxy.Close()
 	}
 	if s.dns != nil {
-		s.dns.close()
+		s.dns.Close()
 	}
-	reapSlirps(s.root)
+	netstack.ReapSlirps(s.root)
 	if s.cg != nil {
 		if err := s.cg.Destroy(); err != nil {
 			errs = append(errs, err)

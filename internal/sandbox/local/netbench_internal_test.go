@@ -56,7 +56,7 @@ func BenchmarkNetworkSetup(b *testing.B) {
 		proc, _ := start("on")
 		// What comes on top: slirp4netns and what is left of the
 		// installer once bwrap is done (the wait for bwrap is its own).
-		t := proc.net.timings
+		t := proc.net.Timings()
 		setup = append(setup, t[1]+t[2])
 		b.StopTimer()
 		_, d := start("off")

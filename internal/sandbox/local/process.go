@@ -19,6 +19,7 @@ import (
 	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandbox/local/cgroup"
+	"github.com/agentrunner/runner/internal/sandbox/local/netstack"
 )
 
 // Start implements sandbox.Sandbox.
@@ -78,7 +79,7 @@ func (s *Sandbox) start(ctx context.Context, c sandbox.Cmd) (sandbox.Process, er
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	} else {
 		if s.proxy != nil && s.mode == "allowlist" {
-			env = append(env, proxyEnv()...)
+			env = append(env, netstack.ProxyEnv()...)
 		}
 		var err error
 		if l, err = s.p.bw.command(s, path, c.Args, env, dir); err != nil {
@@ -146,14 +147,14 @@ func (s *Sandbox) start(ctx context.Context, c sandbox.Cmd) (sandbox.Process, er
 		p.net = l.net
 	}
 	if p.net != nil {
-		s.log.Debug("process started", logkey.PID, cmd.Process.Pid, "bwrap_setup", p.net.timings[0], "slirp4netns", p.net.timings[1], "nftables", p.net.timings[2])
+		s.log.Debug("process started", logkey.PID, cmd.Process.Pid, "bwrap_setup", p.net.Timings()[0], "slirp4netns", p.net.Timings()[1], "nftables", p.net.Timings()[2])
 	} else {
 		s.log.Debug("process started", logkey.PID, cmd.Process.Pid)
 	}
 
 	go func() {
 		p.waitErr = cmd.Wait()
-		p.net.close() // slirp4netns ends with the sandbox
+		p.net.Close() // slirp4netns ends with the sandbox
 		if p.cg != nil {
 			p.after = p.cg.Counters()
 		}
@@ -227,7 +228,7 @@ type process struct {
 	waitErr error
 	bwrap   bool
 	cg      *cgroup.Group
-	net     *netAttach // nil unless network "on" is isolated
+	net     *netstack.Attachment // nil unless network "on" is isolated
 	// mu guards pidfd, bwrap's sandbox init; -1 when there is none.
 	mu    sync.Mutex
 	pidfd int

@@ -1,4 +1,4 @@
-package local
+package netstack
 
 import (
 	"bufio"
@@ -30,7 +30,7 @@ func TestProxyRefusesLoopbackSpellings(t *testing.T) {
 	for _, h := range hosts {
 		entries = append(entries, net.JoinHostPort(h, port))
 	}
-	allow, err := parseAllowlist(append(entries, "0.0.0.0/0", "::/0"))
+	allow, err := ParseAllowlist(append(entries, "0.0.0.0/0", "::/0"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,11 +40,11 @@ func TestProxyRefusesLoopbackSpellings(t *testing.T) {
 	}
 	var events []map[string]any
 	sock := filepath.Join(t.TempDir(), "p.sock")
-	p, err := startProxy(sock, allow, pol.Control, slog.New(slog.DiscardHandler), func(_ string, d map[string]any) { events = append(events, d) })
+	p, err := StartProxy(sock, allow, pol.Control, slog.New(slog.DiscardHandler), func(_ string, d map[string]any) { events = append(events, d) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.close()
+	defer p.Close()
 	for _, h := range hosts {
 		target := net.JoinHostPort(h, port)
 		if h[0] == '[' {

@@ -1,4 +1,4 @@
-package local
+package netstack
 
 import (
 	"bufio"
@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,25 +20,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/agentrunner/runner/internal/errdefs"
-	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/sandbox/egress"
+	"github.com/agentrunner/runner/internal/tailbuf"
 )
 
-// Values of Config.Network.
-const (
-	// NetworkIsolated gives every sandbox with network "on" its own network
-	// namespace, user-mode networking (slirp4netns) and an nftables table
-	// that refuses the host and private networks.
-	NetworkIsolated = "isolated"
-	// NetworkHost shares the host's network namespace with network "on"
-	// sandboxes, for development: they reach the host's loopback.
-	NetworkHost = "host"
-)
-
-// netstack is the isolated network of mode "on": slirp4netns for the
-// traffic, and the NetSetup installer for the table. Each bwrap launch gets
-// its own network namespace, so each gets its own slirp4netns.
+// Stack is the isolated network of mode "on" (and of "allowlist" with the
+// proxy bridge): slirp4netns for the traffic, and the SetupMain installer
+// for the table. Each bwrap launch gets its own network namespace, so each
+// gets its own slirp4netns.
 //
 // Nothing of it needs privilege in the host's namespaces. bwrap makes the
 // sandbox's user and network namespaces as the runner's uid, which owns
@@ -47,10 +36,11 @@ const (
 // sandbox's own processes live in a nested user namespace bwrap makes
 // (--disable-userns) and hold no capability in the one that owns their
 // network namespace, so they cannot change the table.
-type netstack struct {
+type Stack struct {
+	egress  *egress.Policy
 	slirp   string
 	nsenter string
-	setup   string // the installer: this binary, run as NetSetupCommand
+	setup   string // the installer: this binary, run as SetupCommand
 	resolv  string // the sandbox's /etc/resolv.conf, naming slirp's DNS
 	// resolvAllow names the runner's DNS forwarder (network "allowlist").
 	resolvAllow string
@@ -61,10 +51,38 @@ type netstack struct {
 	forwards []string
 }
 
+// Config is what the isolated network needs to know of the provider's.
+type Config struct {
+	// Dir is the provider's sandbox directory: the sandboxes'
+	// resolv.conf files are written there.
+	Dir string
+	// Slirp4netns and Nsenter are the binaries; empty means "slirp4netns"
+	// and "nsenter" looked up in PATH.
+	Slirp4netns string
+	Nsenter     string
+	// TunDevice is the tun device slirp4netns opens; empty means
+	// /dev/net/tun.
+	TunDevice string
+	// Egress is the operator's policy (AGENTA_RUNNER_LOCAL_NETWORK_ALLOW
+	// and the refused ranges); it must not be nil.
+	Egress *egress.Policy
+}
+
+// New finds what mode "on" needs on this host. Its error names the cause
+// and the fix; the provider keeps it and refuses every "on" sandbox with
+// it.
+func New(cfg Config) (*Stack, error) {
+	n := &Stack{egress: cfg.Egress}
+	n.fromPolicy(cfg.Egress)
+	if err := n.check(cfg); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
 // check finds what mode "on" needs, for an n whose allow entries are
-// parsed. Its error names the cause and the fix; the provider keeps it and
-// refuses every "on" sandbox with it.
-func (n *netstack) check(cfg Config) error {
+// parsed.
+func (n *Stack) check(cfg Config) error {
 	var err error
 	slirp := cfg.Slirp4netns
 	if slirp == "" {
@@ -80,7 +98,7 @@ func (n *netstack) check(cfg Config) error {
 	if n.nsenter, err = exec.LookPath(nsenter); err != nil {
 		return fmt.Errorf("nsenter not found (%w); install util-linux", err)
 	}
-	// The installer is this very binary (see init in netrules.go). Not by
+	// The installer is this very binary (SetupCommand). Not by
 	// /proc/<pid>/exe: inside the sandbox's user namespace the installer may
 	// not look into the runner's /proc.
 	if n.setup, err = os.Executable(); err == nil {
@@ -116,7 +134,7 @@ func (n *netstack) check(cfg Config) error {
 // fromPolicy takes the operator's openings (AGENTA_RUNNER_LOCAL_NETWORK_ALLOW,
 // parsed by the egress policy): host:port entries on the host's loopback
 // become forwards, the rest is opened in the table.
-func (n *netstack) fromPolicy(pol *egress.Policy) {
+func (n *Stack) fromPolicy(pol *egress.Policy) {
 	allow, allowTo := pol.Allowed()
 	n.allow = allow
 	for _, ap := range allowTo {
@@ -128,49 +146,50 @@ func (n *netstack) fromPolicy(pol *egress.Policy) {
 	}
 }
 
-// openings turns a sandbox's Spec.Network.Allow (the request's; under
-// "on": the model endpoint) into destinations: entries on the host's
-// loopback become forwards, other IPs and CIDRs are opened (on their port
-// when the entry names one) after the refused ranges, so they open only
-// what the policy lets through. Names are not resolved here: a public name
-// needs no opening, a private one is the operator's to list
-// (Config.NetAllow), and "allowlist" opens names through its DNS
-// forwarder.
-func openings(entries []string) (allow []netip.Prefix, allowTo []netip.AddrPort, forwards []string) {
-	forwards = loopbackForwards(entries)
-	for _, e := range entries {
-		r, err := parseRule(strings.TrimSpace(e))
-		if err != nil {
-			continue
-		}
-		switch {
-		case !r.prefix.IsValid() || r.prefix.Addr().IsLoopback():
-		case r.port == 0:
-			allow = append(allow, r.prefix)
-		default:
-			allowTo = append(allowTo, netip.AddrPortFrom(r.prefix.Addr(), uint16(r.port)))
-		}
+// ResolvConf is the sandbox's /etc/resolv.conf: naming slirp's DNS, or with
+// allowlist the runner's DNS forwarder (DNSForwarder, served by the bridge).
+func (n *Stack) ResolvConf(allowlist bool) string {
+	if allowlist {
+		return n.resolvAllow
 	}
-	return allow, allowTo, forwards
+	return n.resolv
 }
 
-// policy is the table for one launch of s: the host's addresses are read
-// now, since they change. seen counts the DNS forwarder's addresses it
-// holds, for trackNet.
-func (n *netstack) policy(s *Sandbox) (pol netPolicy, seen int, err error) {
-	eg := s.p.cfg.Egress
+// Forwards are the operator's entries on the host's loopback, which the
+// proxy bridge serves on every "on" sandbox's own loopback.
+func (n *Stack) Forwards() []string { return n.forwards }
+
+// Launch is what one process's table takes of its sandbox.
+type Launch struct {
+	// Open and OpenTo are what the sandbox's request opens (Openings).
+	Open   []netip.Prefix
+	OpenTo []netip.AddrPort
+	// Allowlist is network "allowlist": everything not accepted is
+	// refused, and the table opens Resolved, the addresses the sandbox's
+	// DNS forwarder handed out so far (Attachment.OpenAddrs the later
+	// ones). Otherwise it is network "on".
+	Allowlist bool
+	Resolved  []netip.Addr
+	// Log is the sandbox's.
+	Log *slog.Logger
+}
+
+// Policy is the table for one launch: the host's addresses are read now,
+// since they change.
+func (n *Stack) Policy(l Launch) (pol Policy, err error) {
+	eg := n.egress
 	host, err := eg.Host()
 	if err != nil {
-		return pol, 0, err
+		return pol, err
 	}
-	pol = netPolicy{
-		Open:   append([]netip.Prefix(nil), s.open...),
+	pol = Policy{
+		Open:   append([]netip.Prefix(nil), l.Open...),
 		Refuse: append([]netip.Prefix(nil), egress.Ranges...),
 	}
 	// The request's ranges open before the refused ones only where the
 	// operator opened them too; its host:port entries only where the
 	// policy admits them.
-	for _, r := range s.open {
+	for _, r := range l.Open {
 		for _, o := range n.allow {
 			if r.Overlaps(o) {
 				pol.Allow = append(pol.Allow, narrower(r, o))
@@ -182,28 +201,25 @@ func (n *netstack) policy(s *Sandbox) (pol netPolicy, seen int, err error) {
 			}
 		}
 	}
-	for _, ap := range s.openTo {
+	for _, ap := range l.OpenTo {
 		if eg.Check(ap) == nil {
 			pol.AllowTo = append(pol.AllowTo, ap)
 		} else {
-			s.log.Info("network blocked: a listed address is on a refused range", "address", ap.String())
+			l.Log.Info("network blocked: a listed address is on a refused range", "address", ap.String())
 		}
 	}
-	if s.mode == "on" {
+	if !l.Allowlist {
 		pol.Allow = append(pol.Allow, n.allow...)
 		pol.AllowTo = append(pol.AllowTo, n.allowTo...)
 		pol.SlirpDNS = true
 	} else {
 		pol.DenyRest, pol.Dynamic = true, true
-		s.mu.Lock()
-		for _, a := range s.resolved {
+		for _, a := range l.Resolved {
 			pol.Allow = append(pol.Allow, netip.PrefixFrom(a, a.BitLen()))
 		}
-		seen = len(s.resolved)
-		s.mu.Unlock()
 	}
 	pol.Refuse = append(pol.Refuse, host...)
-	return pol, seen, nil
+	return pol, nil
 }
 
 // narrower is the longer of two overlapping prefixes: their intersection.
@@ -214,8 +230,9 @@ func narrower(a, b netip.Prefix) netip.Prefix {
 	return b
 }
 
-// netAttach is one launch's slirp4netns.
-type netAttach struct {
+// Attachment is one launch's slirp4netns and table installer; the process
+// it was made for owns it and closes it when it ends.
+type Attachment struct {
 	cmd    *exec.Cmd
 	exit   *os.File // --exit-fd: closing it ends slirp4netns
 	done   chan struct{}
@@ -234,8 +251,9 @@ type netAttach struct {
 	closed   bool
 }
 
-// openAddrs has the installer add addrs to the table's DNS sets.
-func (a *netAttach) openAddrs(addrs []netip.Addr) error {
+// OpenAddrs has the installer add addrs to the table's DNS sets (network
+// "allowlist").
+func (a *Attachment) OpenAddrs(addrs []netip.Addr) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.setupIn == nil {
@@ -255,11 +273,12 @@ func (a *netAttach) openAddrs(addrs []netip.Addr) error {
 	return nil
 }
 
-// attach connects the network namespace of the sandbox init pid to the
+// Attach connects the network namespace of the sandbox init pid to the
 // outside through slirp4netns and installs pol in it, both at once. The
 // sandbox's command waits for the byte the caller writes to bwrap's
-// --block-fd after attach returned.
-func (n *netstack) attach(pid int, blockFD, root string, pol netPolicy) (*netAttach, error) {
+// --block-fd (the init's fd blockFD) after Attach returned. root is the
+// sandbox's directory, where the slirp4netns is recorded for ReapSlirps.
+func (n *Stack) Attach(pid int, blockFD, root string, pol Policy) (*Attachment, error) {
 	t0 := time.Now()
 	if err := waitMapped(pid); err != nil {
 		return nil, err
@@ -287,15 +306,15 @@ func (n *netstack) attach(pid int, blockFD, root string, pol netPolicy) (*netAtt
 	// up the sandbox. --preserve-credentials: the runner's uid is already
 	// the user namespace's root (bwrap maps it to 0 there), and setgroups
 	// is denied.
-	setup := exec.Command(n.nsenter, "--user=/proc/self/fd/3", "--net=/proc/self/fd/4", "--preserve-credentials", "--", n.setup, NetSetupCommand)
-	setup.Env = []string{netSetupEnv + "=1"}
+	setup := exec.Command(n.nsenter, "--user=/proc/self/fd/3", "--net=/proc/self/fd/4", "--preserve-credentials", "--", n.setup, SetupCommand)
+	setup.Env = []string{SetupEnv + "=1"}
 	setup.ExtraFiles = []*os.File{userns, netns}
-	errTail := newTail(4 << 10)
+	errTail := tailbuf.New(4 << 10)
 	setup.Stderr = errTail
-	a := &netAttach{done: make(chan struct{})}
-	out := newTail(4 << 10)
-	fail := func(what string, err error) (*netAttach, error) {
-		a.close()
+	a := &Attachment{done: make(chan struct{})}
+	out := tailbuf.New(4 << 10)
+	fail := func(what string, err error) (*Attachment, error) {
+		a.Close()
 		return nil, fmt.Errorf("%s (%v): %s", what, err, strings.TrimSpace(out.String()+" "+errTail.String()))
 	}
 	in, err := setup.StdinPipe()
@@ -428,8 +447,16 @@ func waitBlocked(pid int, blockFD string) error {
 	}
 }
 
-// close ends slirp4netns and waits for it; nil-safe and idempotent.
-func (a *netAttach) close() {
+// Timings are the waits of Attach: for bwrap's setup, for slirp4netns, and
+// for the rest of the table's installer (it started first).
+func (a *Attachment) Timings() [3]time.Duration { return a.timings }
+
+// OnClose has f run when the attachment closes, before anything of it is
+// ended; it is set before Close can be called.
+func (a *Attachment) OnClose(f func()) { a.onClose = f }
+
+// Close ends slirp4netns and waits for it; nil-safe and idempotent.
+func (a *Attachment) Close() {
 	if a == nil || a.closed {
 		return
 	}
@@ -476,7 +503,7 @@ func (a *netAttach) close() {
 // recordSlirp notes a slirp4netns in the sandbox dir as
 // slirp4netns.<pid>, holding its start time, and returns the file's path
 // ("" when it could not be written). It dies with the runner (--exit-fd,
-// Pdeathsig); the record lets the reaper make sure of that (reapSlirps).
+// Pdeathsig); the record lets the reaper make sure of that (ReapSlirps).
 func recordSlirp(root string, pid int) string {
 	start, ok := procStart(pid)
 	if !ok {
@@ -489,9 +516,10 @@ func recordSlirp(root string, pid int) string {
 	return path
 }
 
-// reapSlirps kills the slirp4netns processes recorded in root that still
-// run: the same pid, the same start time, the same name.
-func reapSlirps(root string) {
+// ReapSlirps kills the slirp4netns processes recorded in root that still
+// run: the same pid, the same start time, the same name. The provider
+// calls it when it removes a sandbox.
+func ReapSlirps(root string) {
 	recs, _ := filepath.Glob(filepath.Join(root, "slirp4netns.*"))
 	for _, rec := range recs {
 		pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Ext(rec), "."))
@@ -522,157 +550,4 @@ func procStart(pid int) (string, bool) {
 		return "", false
 	}
 	return f[19], true
-}
-
-// newNetwork prepares mode "on" for New. A bad Config.Network or
-// NetAllow fails New; a host that lacks what the isolated network needs
-// does not: mode "on" is then refused per sandbox with the cause (netErr),
-// never run on the host's network instead.
-func (p *Provider) newNetwork() error {
-	switch p.cfg.Network {
-	case "", NetworkIsolated:
-	case NetworkHost:
-		p.log.Warn("LOCAL SANDBOXES SHARE THE HOST'S NETWORK (AGENTA_RUNNER_LOCAL_NETWORK=host): network \"on\" reaches the host's loopback (the runner, databases), its private networks and the cloud metadata endpoint; for development only")
-		return nil
-	default:
-		return errdefs.Invalidf("AGENTA_RUNNER_LOCAL_NETWORK %q: want %q or %q", p.cfg.Network, NetworkIsolated, NetworkHost)
-	}
-	n := &netstack{}
-	n.fromPolicy(p.cfg.Egress)
-	if p.netErr = n.check(p.cfg); p.netErr == nil {
-		p.net = n
-	} else {
-		p.log.Error("local sandboxes with network \"on\" are refused: their isolated network does not work on this host", logkey.Error, p.netErr)
-	}
-	return nil
-}
-
-// networkOn describes mode "on" for /health.
-func (p *Provider) networkOn() string {
-	switch {
-	case p.net != nil:
-		return NetworkIsolated
-	case p.netErr != nil:
-		return "unavailable: " + p.netErr.Error()
-	}
-	return NetworkHost
-}
-
-// isolated reports whether s gets its own network through slirp4netns.
-func (s *Sandbox) isolated() bool {
-	return s.p.bw != nil && s.p.net != nil && (s.mode == "on" || s.mode == "allowlist" && len(s.p.cfg.ProxyBridge) > 0)
-}
-
-// openNetwork works out what Spec.Network.Allow opens under mode "on", and
-// starts the proxy that serves the host's loopback entries (the key
-// gateway, a local model server) on the sandbox's own loopback.
-func (s *Sandbox) openNetwork() error {
-	entries := append(slices.Clone(s.spec.Network.Allow), s.spec.Network.Runner...)
-	s.forwards = loopbackForwards(entries)
-	if !s.isolated() {
-		return nil
-	}
-	var fw []string
-	s.open, s.openTo, _ = openings(s.spec.Network.Allow)
-	fw = slices.Clone(s.forwards)
-	if s.mode == "allowlist" {
-		return s.startDNS()
-	}
-	for _, f := range s.p.net.forwards {
-		if !slices.Contains(fw, f) {
-			fw = append(fw, f)
-		}
-	}
-	s.forwards = fw
-	if len(fw) == 0 {
-		return nil
-	}
-	if len(s.p.cfg.ProxyBridge) == 0 {
-		s.log.Warn("network \"on\": the host's loopback is not reachable from this sandbox without the proxy bridge", "addresses", strings.Join(fw, ", "))
-		return nil
-	}
-	allow, err := parseAllowlist(fw)
-	if err != nil {
-		return fmt.Errorf("create sandbox %s: %w", s.info.ID, err)
-	}
-	return s.startProxy(allow)
-}
-
-// startDNS starts the DNS forwarder of an "allowlist" sandbox.
-func (s *Sandbox) startDNS() error {
-	sock := filepath.Join(s.root, "dns.sock")
-	if len(sock) > 107 { // sun_path
-		return errdefs.Unprocessablef("network mode allowlist: the DNS socket path %s is longer than a unix socket allows (108 bytes); use a shorter AGENTA_RUNNER_DATA_DIR", sock)
-	}
-	var err error
-	s.dns, err = startDNS(sock, s.proxy.allow, s.log, s.spec.OnEvent, s.openResolved)
-	if err == nil {
-		err = s.p.user().own(sock)
-	}
-	if err != nil {
-		return fmt.Errorf("create sandbox %s: dns forwarder: %w", s.info.ID, err)
-	}
-	return nil
-}
-
-// openResolved opens addresses the DNS forwarder hands out in the table of
-// every live process of s, and in those of processes started later.
-func (s *Sandbox) openResolved(addrs []netip.Addr) error {
-	// A listed name that resolves to a refused address (DNS rebinding
-	// onto the metadata endpoint) opens nothing: only the operator opens
-	// those.
-	if _, err := s.p.cfg.Egress.Host(); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	var fresh []netip.Addr
-	for _, a := range addrs {
-		a = a.Unmap()
-		if s.p.cfg.Egress.Refused(a) {
-			s.log.Info("network blocked: a listed name resolved to a refused address", "address", a)
-			continue
-		}
-		if !slices.Contains(s.resolved, a) {
-			fresh = append(fresh, a)
-		}
-	}
-	if len(fresh) == 0 {
-		s.mu.Unlock()
-		return nil
-	}
-	s.resolved = append(s.resolved, fresh...)
-	nets := make([]*netAttach, 0, len(s.nets))
-	for a := range s.nets {
-		nets = append(nets, a)
-	}
-	s.mu.Unlock()
-	var errs []error
-	for _, a := range nets {
-		if err := a.openAddrs(fresh); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// trackNet registers a live process's network for openResolved until it
-// closes, and opens what the forwarder resolved since its policy was made
-// (the first seen addresses are in its table).
-func (s *Sandbox) trackNet(a *netAttach, seen int) error {
-	s.mu.Lock()
-	if s.nets == nil {
-		s.nets = map[*netAttach]struct{}{}
-	}
-	s.nets[a] = struct{}{}
-	missed := slices.Clone(s.resolved[seen:])
-	s.mu.Unlock()
-	a.onClose = func() {
-		s.mu.Lock()
-		delete(s.nets, a)
-		s.mu.Unlock()
-	}
-	if len(missed) == 0 {
-		return nil
-	}
-	return a.openAddrs(missed)
 }

@@ -1,4 +1,4 @@
-package local
+package netstack
 
 import (
 	"bufio"
@@ -18,9 +18,10 @@ import (
 // on port 53.
 var slirpDNS = netip.MustParseAddr("10.0.2.3")
 
-// netPolicy is what the in-namespace installer puts into a sandbox's
-// network namespace. It travels as JSON on the installer's stdin.
-type netPolicy struct {
+// Policy is what the in-namespace installer puts into a sandbox's
+// network namespace (Stack.Policy makes it). It travels as JSON on the
+// installer's stdin.
+type Policy struct {
 	// Allow are destinations opened on every port, checked before Refuse
 	// (the operator's).
 	Allow []netip.Prefix `json:"allow,omitempty"`
@@ -58,7 +59,7 @@ const nftTable = "runner"
 
 // install adds the policy's table to the network namespace c talks to, in
 // one netlink batch: either all of it is in force or none.
-func (pol netPolicy) install(c *nftables.Conn) error {
+func (pol Policy) install(c *nftables.Conn) error {
 	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: nftTable})
 	refuse := c.AddChain(&nftables.Chain{Name: "refuse", Table: t})
 	c.AddRule(&nftables.Rule{Table: t, Chain: refuse, Exprs: []expr.Any{
@@ -170,19 +171,19 @@ func toPort(ap netip.AddrPort, proto byte) []expr.Any {
 	)
 }
 
-// NetSetupCommand is the first argument with which the provider runs its
+// SetupCommand is the first argument with which the provider runs its
 // own binary (os.Executable), through nsenter, as the installer of a
 // sandbox's nftables table: the binary's main must dispatch it to
-// NetSetupMain before anything else, and so must the TestMain of every
+// SetupMain before anything else, and so must the TestMain of every
 // test binary that starts sandboxes with network "on".
-const NetSetupCommand = "sandbox-net-setup"
+const SetupCommand = "sandbox-net-setup"
 
-// netSetupEnv marks the installer's environment, so that a binary that
-// failed to dispatch NetSetupCommand refuses to make a provider (New)
+// SetupEnv marks the installer's environment, so that a binary that
+// failed to dispatch SetupCommand refuses to make a provider
 // instead of running as itself inside a sandbox's network namespace.
-const netSetupEnv = "AGENTA_RUNNER_INTERNAL_NET_SETUP"
+const SetupEnv = "AGENTA_RUNNER_INTERNAL_NET_SETUP"
 
-// NetSetupMain is the installer (NetSetupCommand). It runs through
+// SetupMain is the installer (SetupCommand). It runs through
 // nsenter inside the sandbox's user namespace (which the runner's uid
 // owns, so it needs no privilege in the host's) and network namespace, before the sandbox's command runs; the sandbox itself
 // never holds a capability that could change the table. On stdin: the
@@ -190,9 +191,9 @@ const netSetupEnv = "AGENTA_RUNNER_INTERNAL_NET_SETUP"
 // It installs the table while slirp4netns starts, then configures IPv6 on
 // the device and prints "ready". With a dynamic policy it then adds the
 // addresses of each further line, printing "ok" for each.
-func NetSetupMain() int {
+func SetupMain() int {
 	in := bufio.NewScanner(os.Stdin)
-	var pol netPolicy
+	var pol Policy
 	if !in.Scan() {
 		fmt.Fprintln(os.Stderr, "network policy: none on stdin")
 		return 2

@@ -1,4 +1,4 @@
-package local
+package netstack
 
 import (
 	"bufio"
@@ -20,26 +20,27 @@ import (
 	"github.com/agentrunner/runner/internal/sandbox/egress"
 )
 
-// proxyListen is where the in-sandbox bridge listens; the sandbox has its
+// ProxyListen is where the in-sandbox bridge listens; the sandbox has its
 // own network namespace, so the port never clashes.
-const proxyListen = "127.0.0.1:3128"
+const ProxyListen = "127.0.0.1:3128"
 
-// proxyEnv points HTTP clients in the sandbox at the bridge.
-func proxyEnv() []string {
-	u := "http://" + proxyListen
+// ProxyEnv points HTTP clients in the sandbox at the bridge.
+func ProxyEnv() []string {
+	u := "http://" + ProxyListen
 	return []string{
 		"HTTP_PROXY=" + u, "HTTPS_PROXY=" + u, "http_proxy=" + u, "https_proxy=" + u,
 		"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1",
 	}
 }
 
-// proxy is the host side of network mode "allowlist": an HTTP proxy
+// Proxy is the host side of network mode "allowlist": an HTTP proxy
 // (CONNECT for TLS, absolute-URI requests for plain HTTP) on a unix socket
 // that is bind-mounted into the sandbox. The sandbox's network namespace
-// has only loopback, so this is its only way out.
-type proxy struct {
+// has only loopback, so this is its only way out. Under mode "on" it
+// serves the bridge's forwards to the host's loopback only.
+type Proxy struct {
 	path    string
-	allow   *allowlist
+	allow   *Allowlist
 	log     *slog.Logger
 	onEvent func(string, map[string]any)
 	srv     *http.Server
@@ -54,16 +55,18 @@ type proxy struct {
 	closed  bool
 }
 
-// startProxy serves allow on path; control checks every address the
-// proxy dials, after resolution (egress.Policy), so a listed name that
-// resolves to a refused address is refused.
-func startProxy(path string, allow *allowlist, control func(network, address string, c syscall.RawConn) error, log *slog.Logger, onEvent func(string, map[string]any)) (*proxy, error) {
+// StartProxy serves allow on the unix socket path; control checks every
+// address the proxy dials, after resolution (egress.Policy), so a listed
+// name that resolves to a refused address is refused. A refusal is logged
+// and reported to onEvent (nil: none) as "network.blocked". The caller
+// closes it.
+func StartProxy(path string, allow *Allowlist, control func(network, address string, c syscall.RawConn) error, log *slog.Logger, onEvent func(string, map[string]any)) (*Proxy, error) {
 	_ = os.Remove(path)
 	ln, err := net.Listen("unix", path)
 	if err != nil {
 		return nil, fmt.Errorf("allowlist proxy: %w", err)
 	}
-	p := &proxy{
+	p := &Proxy{
 		path: path, allow: allow, log: log, onEvent: onEvent,
 		dialer:  net.Dialer{Timeout: 30 * time.Second, Control: control},
 		tunnels: map[net.Conn]struct{}{},
@@ -89,7 +92,9 @@ func startProxy(path string, allow *allowlist, control func(network, address str
 	return p, nil
 }
 
-func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// ServeHTTP implements http.Handler: a CONNECT tunnel or a plain HTTP
+// request, to a destination the allowlist admits.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var host string
 	var port int
 	if r.Method == http.MethodConnect {
@@ -124,7 +129,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.tunnel(w, r)
 }
 
-func (p *proxy) tunnel(w http.ResponseWriter, r *http.Request) {
+func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request) {
 	up, err := p.dialer.DialContext(r.Context(), "tcp", r.Host)
 	if err != nil {
 		if p.refused(w, r.Host, err) {
@@ -161,7 +166,7 @@ func (p *proxy) tunnel(w http.ResponseWriter, r *http.Request) {
 
 // refused answers 403 when the dial was refused by the egress policy (a
 // listed name resolved to a refused address, a listed range covered one).
-func (p *proxy) refused(w http.ResponseWriter, target string, err error) bool {
+func (p *Proxy) refused(w http.ResponseWriter, target string, err error) bool {
 	if !errors.Is(err, egress.ErrRefused) {
 		return false
 	}
@@ -179,7 +184,7 @@ func closeWrite(c net.Conn) {
 	}
 }
 
-func (p *proxy) track(cs ...net.Conn) bool {
+func (p *Proxy) track(cs ...net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -191,7 +196,7 @@ func (p *proxy) track(cs ...net.Conn) bool {
 	return true
 }
 
-func (p *proxy) untrack(cs ...net.Conn) {
+func (p *Proxy) untrack(cs ...net.Conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, c := range cs {
@@ -200,8 +205,14 @@ func (p *proxy) untrack(cs ...net.Conn) {
 	}
 }
 
-// close stops the proxy and returns once every connection is gone.
-func (p *proxy) close() {
+// Path is the proxy's socket, to bind into the sandbox.
+func (p *Proxy) Path() string { return p.path }
+
+// Allowlist is what the proxy admits.
+func (p *Proxy) Allowlist() *Allowlist { return p.allow }
+
+// Close stops the proxy and returns once every connection is gone.
+func (p *Proxy) Close() {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -225,15 +236,15 @@ func atoiPort(s string) int {
 	return n
 }
 
-// ProxyBridgeMain is the in-sandbox half of network mode "allowlist"; the
-// runner mounts it as a hidden subcommand and names it in
-// Config.ProxyBridge. args are: SOCKET LISTEN -- COMMAND [ARG...]. It
+// BridgeMain is the in-sandbox half of network mode "allowlist"; the
+// runner mounts it as a hidden subcommand and names it in the local
+// provider's Config.ProxyBridge. args are: SOCKET LISTEN -- COMMAND [ARG...]. It
 // listens on LISTEN (loopback TCP, what HTTP_PROXY points to), relays every
 // connection to the host proxy at SOCKET, runs COMMAND with its own stdio
 // and environment, and exits with COMMAND's status. A Go helper rather than
 // socat: the sandbox needs no extra package and the runner binary is
 // already there.
-func ProxyBridgeMain(args []string) int {
+func BridgeMain(args []string) int {
 	if len(args) < 4 {
 		fmt.Fprintln(os.Stderr, "usage: SOCKET LISTEN [--forward HOST:PORT]... [--dns SOCKET] -- COMMAND [ARG...]")
 		return 2

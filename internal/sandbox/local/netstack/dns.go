@@ -1,4 +1,4 @@
-package local
+package netstack
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 // an "allowlist" sandbox; its /etc/resolv.conf names it.
 const dnsListen = "127.0.0.53:53"
 
-// dnsForwarder is the runner's DNS server for one "allowlist" sandbox with
+// DNSForwarder is the runner's DNS server for one "allowlist" sandbox with
 // an isolated network, on a unix socket bound into it (the bridge relays
 // port 53 of the sandbox's loopback to it). It answers A and AAAA queries
 // for listed names only, from the host's resolver, and before answering
@@ -28,10 +28,10 @@ const dnsListen = "127.0.0.53:53"
 // ignore HTTP_PROXY (ssh, database clients) reach listed hosts too. An
 // address is opened on every port and for every name that shares it (a
 // CDN's address opens to all its tenants).
-type dnsForwarder struct {
+type DNSForwarder struct {
 	path    string
 	ln      net.Listener
-	allow   *allowlist
+	allow   *Allowlist
 	log     *slog.Logger
 	onEvent func(string, map[string]any)
 	// open adds addresses to the sandbox's tables.
@@ -45,18 +45,23 @@ type dnsForwarder struct {
 	done  bool
 }
 
-func startDNS(path string, allow *allowlist, log *slog.Logger, onEvent func(string, map[string]any), open func([]netip.Addr) error) (*dnsForwarder, error) {
+// StartDNS serves allow's names on the unix socket path. open must open the
+// addresses it is given in the sandbox's tables before it returns: the
+// answer that hands them out is sent after it. A name not listed gets
+// NXDOMAIN, logged and reported to onEvent (nil: none) as
+// "network.blocked". The caller closes it.
+func StartDNS(path string, allow *Allowlist, log *slog.Logger, onEvent func(string, map[string]any), open func([]netip.Addr) error) (*DNSForwarder, error) {
 	_ = os.Remove(path)
 	ln, err := net.Listen("unix", path)
 	if err != nil {
 		return nil, err
 	}
-	d := &dnsForwarder{path: path, ln: ln, allow: allow, log: log, onEvent: onEvent, open: open, lookup: net.DefaultResolver.LookupNetIP, conns: map[net.Conn]struct{}{}}
+	d := &DNSForwarder{path: path, ln: ln, allow: allow, log: log, onEvent: onEvent, open: open, lookup: net.DefaultResolver.LookupNetIP, conns: map[net.Conn]struct{}{}}
 	d.wg.Go(d.accept)
 	return d, nil
 }
 
-func (d *dnsForwarder) accept() {
+func (d *DNSForwarder) accept() {
 	for {
 		c, err := d.ln.Accept()
 		if err != nil {
@@ -84,7 +89,7 @@ func (d *dnsForwarder) accept() {
 
 // serve answers DNS-over-TCP framed queries (a two-byte length, then the
 // message) until the connection ends.
-func (d *dnsForwarder) serve(c net.Conn) {
+func (d *DNSForwarder) serve(c net.Conn) {
 	for {
 		var n [2]byte
 		if _, err := io.ReadFull(c, n[:]); err != nil {
@@ -106,7 +111,7 @@ func (d *dnsForwarder) serve(c net.Conn) {
 }
 
 // answer builds the reply to one query; nil for garbage.
-func (d *dnsForwarder) answer(msg []byte) []byte {
+func (d *DNSForwarder) answer(msg []byte) []byte {
 	var q dnsmessage.Message
 	if err := q.Unpack(msg); err != nil || len(q.Questions) != 1 {
 		return nil
@@ -172,8 +177,11 @@ func (d *dnsForwarder) answer(msg []byte) []byte {
 	return out
 }
 
-// close stops the forwarder and waits for its connections.
-func (d *dnsForwarder) close() {
+// Path is the forwarder's socket, to bind into the sandbox.
+func (d *DNSForwarder) Path() string { return d.path }
+
+// Close stops the forwarder and waits for its connections.
+func (d *DNSForwarder) Close() {
 	d.mu.Lock()
 	if d.done {
 		d.mu.Unlock()

@@ -1,4 +1,4 @@
-package local
+package netstack
 
 import (
 	"net"
@@ -10,7 +10,9 @@ import (
 	"github.com/agentrunner/runner/internal/errdefs"
 )
 
-// allowlist is the parsed Spec.Network.Allow. Entries are:
+// Allowlist is a parsed sandbox request allowlist (Spec.Network.Allow and
+// the runner's own services): what the proxy and the DNS forwarder admit.
+// Entries are:
 //
 //	example.com          that host, any port
 //	*.example.com        any subdomain of example.com (not example.com itself)
@@ -22,7 +24,7 @@ import (
 // Hosts are matched by the name the client asked the proxy for; a name is
 // not resolved to check it against prefixes, so a prefix only admits IP
 // literals.
-type allowlist struct{ rules []rule }
+type Allowlist struct{ rules []rule }
 
 type rule struct {
 	host   string       // lowercase exact host, or suffix ".example.com" for a wildcard
@@ -30,8 +32,10 @@ type rule struct {
 	port   int          // 0: any
 }
 
-func parseAllowlist(entries []string) (*allowlist, error) {
-	a := &allowlist{}
+// ParseAllowlist parses entries; an entry that is none of the above fails
+// it as invalid (errdefs.ErrInvalid), naming the entry.
+func ParseAllowlist(entries []string) (*Allowlist, error) {
+	a := &Allowlist{}
 	for _, e := range entries {
 		r, err := parseRule(strings.TrimSpace(e))
 		if err != nil {
@@ -86,7 +90,7 @@ func parseRule(e string) (rule, error) {
 }
 
 // allows reports whether the proxy may connect to host:port.
-func (a *allowlist) allows(host string, port int) bool {
+func (a *Allowlist) allows(host string, port int) bool {
 	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
 	ip, ipErr := netip.ParseAddr(host)
 	for _, r := range a.rules {
@@ -119,7 +123,7 @@ func (e errString) Error() string { return string(e) }
 
 // allowsName reports whether a rule names host, on any port: the DNS
 // forwarder resolves it (the table then opens its addresses).
-func (a *allowlist) allowsName(host string) bool {
+func (a *Allowlist) allowsName(host string) bool {
 	host = strings.TrimSuffix(strings.ToLower(host), ".")
 	for _, r := range a.rules {
 		if !r.prefix.IsValid() && r.names(host) {

@@ -1,4 +1,4 @@
-package local
+package netstack
 
 import (
 	"os"
@@ -45,7 +45,7 @@ func TestReapSlirps(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "slirp4netns."+strconv.Itoa(other.Process.Pid)), []byte("1"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	reapSlirps(dir)
+	ReapSlirps(dir)
 	if err := leftover.Wait(); err == nil {
 		t.Error("the leftover slirp4netns was not killed")
 	}

@@ -1,4 +1,4 @@
-package local
+package netstack
 
 import (
 	"bufio"
@@ -19,7 +19,7 @@ import (
 // func ("unchecked", what it did before the egress policy) and with the
 // policy's ("checked"), so the dial-time check's cost shows beside it.
 //
-//	go test -run '^$' -bench ProxyConnect ./internal/sandbox/local
+//	go test -run '^$' -bench ProxyConnect ./internal/sandbox/local/netstack
 func BenchmarkProxyConnect(b *testing.B) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -45,16 +45,16 @@ func BenchmarkProxyConnect(b *testing.B) {
 		control func(string, string, syscall.RawConn) error
 	}{{"unchecked", nil}, {"checked", pol.Control}} {
 		b.Run(bc.name, func(b *testing.B) {
-			allow, err := parseAllowlist([]string{target})
+			allow, err := ParseAllowlist([]string{target})
 			if err != nil {
 				b.Fatal(err)
 			}
 			sock := filepath.Join(b.TempDir(), "p.sock")
-			p, err := startProxy(sock, allow, bc.control, slog.New(slog.DiscardHandler), nil)
+			p, err := StartProxy(sock, allow, bc.control, slog.New(slog.DiscardHandler), nil)
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer p.close()
+			defer p.Close()
 			for b.Loop() {
 				c, err := net.Dial("unix", sock)
 				if err != nil {

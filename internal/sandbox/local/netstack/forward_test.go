@@ -1,4 +1,4 @@
-package local
+package netstack
 
 import (
 	"testing"
@@ -7,7 +7,7 @@ import (
 )
 
 func TestLoopbackForwards(t *testing.T) {
-	got := loopbackForwards([]string{
+	got := LoopbackForwards([]string{
 		"127.0.0.1:8080", "http://localhost:11434/v1", "https://127.0.0.2:9443", "127.0.0.1:8080",
 		"example.com:443", "10.0.0.1:80", "127.0.0.1", "[::1]:8080", "127.0.0.1:3128", "*.example.com",
 	})

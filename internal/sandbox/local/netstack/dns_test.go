@@ -1,4 +1,4 @@
-package local
+package netstack
 
 import (
 	"context"
@@ -18,14 +18,14 @@ func FuzzDNSAnswer(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add([]byte{0, 1, 2})
-	allow, err := parseAllowlist([]string{"listed.test", "*.sub.listed.test"})
+	allow, err := ParseAllowlist([]string{"listed.test", "*.sub.listed.test"})
 	if err != nil {
 		f.Fatal(err)
 	}
 	resolved := netip.MustParseAddr("203.0.113.9")
 	f.Fuzz(func(t *testing.T, msg []byte) {
 		var opened []netip.Addr
-		d := &dnsForwarder{
+		d := &DNSForwarder{
 			allow: allow, log: slog.New(slog.DiscardHandler),
 			open: func(a []netip.Addr) error { opened = append(opened, a...); return nil },
 			lookup: func(_ context.Context, _, host string) ([]netip.Addr, error) {

@@ -1,4 +1,4 @@
-package local
+package netstack
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 )
 
 func TestAllowlist(t *testing.T) {
-	a, err := parseAllowlist([]string{
+	a, err := ParseAllowlist([]string{
 		"api.example.com", "*.github.com", "10.1.0.0/16", "203.0.113.7",
 		"pinned.example.org:8443", "https://llm.example.net/v1", "http://port.example.net:8080/x", "[::1]:9000", "Trailing.Dot.",
 	})
@@ -51,11 +51,11 @@ func TestAllowlist(t *testing.T) {
 
 func TestAllowlistRejects(t *testing.T) {
 	for _, e := range []string{"", "*", "host:0", "host:99999", "a b", "https://", "*.*.x"} {
-		if _, err := parseAllowlist([]string{e}); !errors.Is(err, errdefs.ErrInvalid) {
-			t.Errorf("parseAllowlist(%q) = %v, want ErrInvalid", e, err)
+		if _, err := ParseAllowlist([]string{e}); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("ParseAllowlist(%q) = %v, want ErrInvalid", e, err)
 		}
 	}
-	if a, err := parseAllowlist(nil); err != nil || a.allows("example.com", 443) {
+	if a, err := ParseAllowlist(nil); err != nil || a.allows("example.com", 443) {
 		t.Errorf("empty allowlist: %v, allows example.com", err)
 	}
 }

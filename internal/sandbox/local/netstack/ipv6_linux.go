@@ -1,4 +1,4 @@
-package local
+package netstack
 
 import (
 	"encoding/binary"
