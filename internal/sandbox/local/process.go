@@ -20,6 +20,7 @@ import (
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandbox/local/cgroup"
 	"github.com/agentrunner/runner/internal/sandbox/local/netstack"
+	"github.com/agentrunner/runner/internal/tailbuf"
 )
 
 // Start implements sandbox.Sandbox.
@@ -106,7 +107,7 @@ func (s *Sandbox) start(ctx context.Context, c sandbox.Cmd) (sandbox.Process, er
 	}
 	cmd.Stdout = stdoutW
 	defer stdoutW.Close()
-	p := &process{cmd: cmd, stdin: stdin, stdout: &eofCloser{f: stdout}, stderr: newTail(8 << 10), done: make(chan struct{}), cg: s.cg, bwrap: s.p.bw != nil, pidfd: -1}
+	p := &process{cmd: cmd, stdin: stdin, stdout: &eofCloser{f: stdout}, stderr: tailbuf.New(8 << 10), done: make(chan struct{}), cg: s.cg, bwrap: s.p.bw != nil, pidfd: -1}
 	cmd.Stderr = p.stderr
 	if s.cg != nil {
 		p.before = s.cg.Counters()
@@ -223,7 +224,7 @@ type process struct {
 	cmd     *exec.Cmd
 	stdin   io.WriteCloser
 	stdout  io.Reader
-	stderr  *tail
+	stderr  *tailbuf.Buffer
 	done    chan struct{}
 	waitErr error
 	bwrap   bool
@@ -318,29 +319,4 @@ func (e *eofCloser) Read(b []byte) (int, error) {
 		e.mu.Unlock()
 	}
 	return n, err
-}
-
-// tail keeps the last n bytes written to it.
-type tail struct {
-	mu  sync.Mutex
-	n   int
-	buf []byte
-}
-
-func newTail(n int) *tail { return &tail{n: n} }
-
-func (t *tail) Write(b []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, b...)
-	if len(t.buf) > t.n {
-		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.n:]...)
-	}
-	return len(b), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return strings.TrimSpace(string(t.buf))
 }
