@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandbox/local/cgroup"
 	"github.com/agentrunner/runner/internal/sandbox/local/netstack"
@@ -481,6 +482,19 @@ func dataFile(name string, data []byte) (*os.File, error) {
 func (p *Provider) probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	// The trivial sandbox's bwrap can lose the race with a host unmount
+	// (errMountRace) after its start was reported, in its wait: such a
+	// loss says nothing of the host, so it is tried again.
+	for attempt := 1; ; attempt++ {
+		err := p.probeOnce(ctx)
+		if err == nil || attempt == setupAttempts || !mountRaced(err.Error()) || ctx.Err() != nil {
+			return err
+		}
+		p.log.Debug("bwrap probe raced a host unmount; trying again", logkey.Error, err, "attempt", attempt)
+	}
+}
+
+func (p *Provider) probeOnce(ctx context.Context) error {
 	sb, err := p.Create(ctx, sandbox.Spec{Network: sandbox.Network{Mode: "off"}})
 	if err != nil {
 		return err
