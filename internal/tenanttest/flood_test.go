@@ -126,8 +126,8 @@ func BenchmarkOutputFlood(b *testing.B) {
 	b.ReportMetric(float64(worst)/(1<<20), "rss-growth-MB")
 }
 
-// TestAttackOutputFlood: a harness floods 100 MB of assistant text into
-// a session's turn (issue 21.5: 20× that in runner memory OOM-killed the
+// TestAttackOutputFlood: a harness floods 100 MB of assistant text (24 MB under
+// the race detector) into a session's turn (issue 21.5: 20× that in runner memory OOM-killed the
 // runner and every tenant's turn). What must hold: the turn ends with an
 // error naming the cap it broke (the session log's,
 // AGENTA_RUNNER_MAX_TURN_LOG_BYTES) and its kept output is truncated
@@ -136,7 +136,15 @@ func BenchmarkOutputFlood(b *testing.B) {
 // the flood (asserted with a wide margin, outside the race detector).
 func TestAttackOutputFlood(t *testing.T) {
 	needBwrap(t)
-	r := start(t)
+	// Under the race detector, whose shadow memory voids the RSS figure
+	// anyway, the flood is 3× a log cap lowered to 8 MiB (twice the
+	// output cap still): the same refusals at a quarter of the bytes.
+	// 100 MB took 4 min there on a loaded machine.
+	total, env := 100<<20, []string(nil)
+	if raceBuild {
+		total, env = 24<<20, []string{"AGENTA_RUNNER_MAX_TURN_LOG_BYTES=8388608"}
+	}
+	r := start(t, env...)
 	if warm := r.streamFlood(t, fake("say warm", map[string]any{"sessionId": "warm"}), nil); !warm.Result.OK {
 		t.Fatalf("warm-up turn: %+v", warm.Result)
 	}
@@ -144,7 +152,7 @@ func TestAttackOutputFlood(t *testing.T) {
 	first := make(chan struct{})
 	flooded := make(chan floodTurn, 1)
 	go func() {
-		flooded <- r.streamFlood(t, fake(floodPrompt(100<<20, 4<<10), map[string]any{"sessionId": "flood"}), first)
+		flooded <- r.streamFlood(t, fake(floodPrompt(total, 4<<10), map[string]any{"sessionId": "flood"}), first)
 	}()
 	<-first
 	victim := r.stream(t, fake("say hello victim", map[string]any{"sessionId": "victim"}))
@@ -162,7 +170,7 @@ func TestAttackOutputFlood(t *testing.T) {
 		t.Errorf("/health after the flood: %d", status)
 	}
 	_, hwm := r.memory(t)
-	t.Logf("flood streamed %d MB of deltas; runner RSS grew %d MB", ft.Deltas>>20, (hwm-base)>>20)
+	t.Logf("a %d MB flood streamed %d MB of deltas; runner RSS grew %d MB", total>>20, ft.Deltas>>20, (hwm-base)>>20)
 	if !raceBuild && hwm-base > 512<<20 {
 		t.Errorf("runner RSS grew %d MB for a 100 MB flood", (hwm-base)>>20)
 	}
