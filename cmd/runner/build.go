@@ -214,8 +214,8 @@ func newService(cfg config.Config, environ []string, log *slog.Logger, st store.
 		refuse["daytona"] = "this request carries credentials the runner cannot keep out of a Daytona sandbox (user MCP server credentials, local_use model credentials, or any credential while AGENTA_RUNNER_KEY_GATEWAY is off), and secret hiding is on (AGENTA_RUNNER_DAYTONA_OPAQUE_SECRETS). Send opaque_http model credentials with an endpoint.baseUrl (the key gateway hides those), use the local provider, or set AGENTA_RUNNER_DAYTONA_OPAQUE_SECRETS=off to pass them into the sandbox's environment"
 	}
 	specs := map[string]agent.Spec{}
-	for name, h := range cfg.Harnesses {
-		specs[name] = harness.Spec(name, h.Command)
+	for name, cmd := range launchTable(cfg) {
+		specs[name] = harness.Spec(name, cmd)
 	}
 	workspaces, err := workspaceResolver(cfg)
 	if err != nil {
@@ -328,9 +328,7 @@ func runnerBinary() (string, error) {
 func harnessConfigurer(cfg config.Config, environ []string, providers ...sandbox.Provider) runner.Configurer {
 	o := harness.Options{Dir: cfg.HarnessDir, Overrides: map[string][]string{}, Images: map[string]string{}, Getenv: envLookup(environ)}
 	for name, h := range cfg.Harnesses {
-		if h.Custom {
-			o.Overrides[name] = h.Command
-		}
+		o.Overrides[name] = h.Command
 	}
 	for _, p := range providers {
 		if hi, ok := p.(sandbox.HarnessImage); ok {

@@ -64,7 +64,7 @@ func (c harnessCommand) run(ctx context.Context, args []string) int {
 			if in.Installed {
 				state = "installed"
 			}
-			if h, ok := cfg.Harnesses[in.Name]; ok && h.Custom {
+			if h, ok := cfg.Harnesses[in.Name]; ok {
 				state += "; overridden by AGENTA_RUNNER_HARNESS_" + strings.ToUpper(in.Name) + ": " + strings.Join(h.Command, " ")
 			}
 			fmt.Fprintf(c.stdout, "%-10s %s\n", in.Name, state)

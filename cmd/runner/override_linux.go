@@ -20,10 +20,8 @@ func overrideBinds(cfg config.Config) ([]sandbox.Bind, error) {
 		return nil, nil // no isolation: the harness sees the host as it is
 	}
 	var cmds []local.Command
-	for _, name := range cfg.HarnessNames() {
-		if h := cfg.Harnesses[name]; h.Custom {
-			cmds = append(cmds, local.Command{Setting: "AGENTA_RUNNER_HARNESS_" + strings.ToUpper(name), Argv: h.Command})
-		}
+	for _, name := range cfg.HarnessOverrides() {
+		cmds = append(cmds, local.Command{Setting: "AGENTA_RUNNER_HARNESS_" + strings.ToUpper(name), Argv: cfg.Harnesses[name].Command})
 	}
 	binds, err := local.CommandBinds(cmds, cfg.HarnessDir, cfg.DataDir)
 	if err != nil {

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"maps"
+	"slices"
+
 	"github.com/agentrunner/runner/internal/config"
 	"github.com/agentrunner/runner/internal/harness"
 )
@@ -8,7 +11,7 @@ import (
 // subscriptionStatus is /health's login state of each configured harness,
 // with whether it can start at all.
 func subscriptionStatus(cfg config.Config, environ []string) map[string]any {
-	out := harness.Subscriptions(cfg.HarnessNames(), envLookup(environ))
+	out := harness.Subscriptions(slices.Sorted(maps.Keys(launchTable(cfg))), envLookup(environ))
 	for name, st := range harnessStatus(cfg) {
 		out[name].(map[string]any)["installed"] = st.(map[string]any)["installed"]
 	}
@@ -17,5 +20,16 @@ func subscriptionStatus(cfg config.Config, environ []string) map[string]any {
 
 // harnessStatus is /health's launch table: whether each harness can start.
 func harnessStatus(cfg config.Config) map[string]any {
-	return harness.Status(cfg.HarnessDir, cfg.HarnessNames(), func(name string) bool { return cfg.Harnesses[name].Custom })
+	overridden := func(name string) bool { _, ok := cfg.Harnesses[name]; return ok }
+	return harness.Status(cfg.HarnessDir, slices.Sorted(maps.Keys(launchTable(cfg))), overridden)
+}
+
+// launchTable is each harness's launch command: the built-ins', replaced
+// or joined by the operator's (AGENTA_RUNNER_HARNESS_<NAME>).
+func launchTable(cfg config.Config) map[string][]string {
+	overrides := map[string][]string{}
+	for name, h := range cfg.Harnesses {
+		overrides[name] = h.Command
+	}
+	return harness.Commands(overrides)
 }

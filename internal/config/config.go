@@ -31,7 +31,9 @@ type Config struct {
 	EnabledProviders []string
 	DefaultProvider  string
 
-	// Harnesses is the launch table: built-ins plus AGENTA_RUNNER_HARNESS_<NAME>.
+	// Harnesses are the operator's launch commands
+	// (AGENTA_RUNNER_HARNESS_<NAME>): each adds a harness or replaces a
+	// built-in's command. The built-ins are internal/harness's.
 	Harnesses  map[string]Harness
 	HarnessDir string
 
@@ -211,12 +213,10 @@ type Daytona struct {
 	ReapInterval time.Duration
 }
 
-// Harness is one launch-table entry.
+// Harness is one AGENTA_RUNNER_HARNESS_<NAME> entry.
 type Harness struct {
 	Name    string
 	Command []string
-	// Custom is true when the command came from AGENTA_RUNNER_HARNESS_<NAME>.
-	Custom bool
 }
 
 // KnownProviders are the sandbox providers this build knows.
@@ -348,9 +348,9 @@ func (c Config) Addr() string { return c.HTTP.Host + ":" + strconv.Itoa(c.HTTP.P
 // Summary is a one-line, redacted description for the boot log.
 func (c Config) Summary() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "listen=%s providers=%s default=%s isolation=%s data_dir=%s store=%s keepalive=%v pool_max=%d harnesses=%s token=%s",
+	fmt.Fprintf(&b, "listen=%s providers=%s default=%s isolation=%s data_dir=%s store=%s keepalive=%v pool_max=%d harness_overrides=%s token=%s",
 		c.Addr(), strings.Join(c.EnabledProviders, ","), c.DefaultProvider, c.Local.Isolation, c.DataDir, c.storeKind(), c.Sessions.KeepAlive, c.Sessions.PoolMax,
-		strings.Join(c.HarnessNames(), ","), redact(c.HTTP.Token))
+		strings.Join(c.HarnessOverrides(), ","), redact(c.HTTP.Token))
 	if contains(c.EnabledProviders, "daytona") {
 		artifact := "snapshot:" + c.Daytona.Snapshot
 		if c.Daytona.Image != "" {
@@ -372,8 +372,9 @@ func (c Config) storeKind() string {
 	return "sqlite"
 }
 
-// HarnessNames lists the launch table, sorted.
-func (c Config) HarnessNames() []string {
+// HarnessOverrides lists the names of the operator's launch commands,
+// sorted.
+func (c Config) HarnessOverrides() []string {
 	names := make([]string, 0, len(c.Harnesses))
 	for n := range c.Harnesses {
 		names = append(names, n)

@@ -133,7 +133,7 @@ func TestHarnessOverrides(t *testing.T) {
 	if diff := cmp.Diff([]string{"/opt/my", "agent/bin", "--acp", "two words"}, c.Harnesses["myagent"].Command); diff != "" {
 		t.Error(diff)
 	}
-	if h := c.Harnesses["claude"]; !h.Custom || h.Command[0] != "/usr/local/bin/claude-acp" {
+	if h, ok := c.Harnesses["claude"]; !ok || h.Command[0] != "/usr/local/bin/claude-acp" {
 		t.Errorf("claude override %+v", h)
 	}
 	if _, ok := c.Harnesses["dir"]; ok || c.HarnessDir != "/h" {

@@ -197,18 +197,6 @@ func (l *loader) list(k string) []string {
 	return out
 }
 
-// builtinHarnesses is the launch table's default content (docs/protocols.md,
-// ACP). Commands are the adapters' bin names; `runner harness install`
-// puts them in the harness dir, which the runner resolves first.
-var builtinHarnesses = map[string][]string{
-	"claude":    {"claude-agent-acp"},
-	"codex":     {"codex-acp"},
-	"pi_core":   {"pi-acp"},
-	"pi_agenta": {"pi-acp"},
-	"gemini":    {"gemini", "--acp"},
-	"opencode":  {"opencode", "acp"},
-}
-
 const harnessPrefix = "AGENTA_RUNNER_HARNESS_"
 
 // reserved names share the prefix but are settings, not harnesses.
@@ -216,9 +204,6 @@ var reservedHarnessVars = map[string]bool{"AGENTA_RUNNER_HARNESS_DIR": true}
 
 func harnesses(environ []string, l *loader) map[string]Harness {
 	out := map[string]Harness{}
-	for name, cmd := range builtinHarnesses {
-		out[name] = Harness{Name: name, Command: cmd}
-	}
 	for _, kv := range environ {
 		k, v, _ := strings.Cut(kv, "=")
 		if !strings.HasPrefix(k, harnessPrefix) || reservedHarnessVars[k] {
@@ -234,7 +219,7 @@ func harnesses(environ []string, l *loader) map[string]Harness {
 			l.fail(fmt.Sprintf("%s=%q: want a command line, e.g. \"/usr/local/bin/my-agent --acp\"", k, v))
 			continue
 		}
-		out[name] = Harness{Name: name, Command: argv, Custom: true}
+		out[name] = Harness{Name: name, Command: argv}
 	}
 	return out
 }

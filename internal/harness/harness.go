@@ -114,6 +114,21 @@ func Builtin() []Harness {
 	return out
 }
 
+// Commands is the launch table: each built-in's command (its adapter's
+// bin, which `runner harness install` puts in the harness dir, and its
+// arguments), replaced or joined by overrides (the operator's
+// AGENTA_RUNNER_HARNESS_<NAME>, by harness name).
+func Commands(overrides map[string][]string) map[string][]string {
+	out := make(map[string][]string, len(builtin)+len(overrides))
+	for _, h := range builtin {
+		out[h.Name] = append([]string{h.Bin}, h.Args...)
+	}
+	for name, cmd := range overrides {
+		out[name] = slices.Clone(cmd)
+	}
+	return out
+}
+
 // Lookup returns the catalogue entry for name.
 func Lookup(name string) (Harness, bool) {
 	for _, h := range Builtin() {
