@@ -335,6 +335,10 @@ func TestPrewarmMemoryBudget(t *testing.T) {
 	if h.Slots != 4 {
 		t.Errorf("%+v", h)
 	}
+	// The metrics say the same.
+	if code, body := r.c.Call(t, "GET", "/metrics", nil); code != 200 || !strings.Contains(string(body), `prewarm_slots{harness="fake",provider="local",state="ready"} 2`) {
+		t.Errorf("/metrics: %d, no ready-slot gauge of 2:\n%.3000s", code, body)
+	}
 	// Nothing more is being started: the budget holds, not a slow start.
 	if n := len(slotProcs(t)); n != 2 {
 		t.Errorf("%d slot harnesses run, want the budget's 2", n)

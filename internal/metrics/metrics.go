@@ -102,6 +102,20 @@ type State interface {
 	Sandboxes() ([]SandboxCount, error)
 }
 
+// PrewarmState is a State that also keeps pre-warmed slots.
+type PrewarmState interface {
+	PrewarmShapes() []PrewarmShape
+}
+
+// PrewarmShape is one shape of pre-warmed slots: gauges and, for Hits
+// and Misses (by reason, a closed list), counters since start.
+type PrewarmShape struct {
+	Harness, Provider         string
+	Ready, Claimed, Refilling int
+	Hits                      int64
+	Misses                    map[string]int64
+}
+
 // Pool is one provider's warm pool.
 type Pool struct {
 	Provider string

@@ -15,6 +15,7 @@ import (
 	"github.com/agentrunner/runner/internal/gateway"
 	builtin "github.com/agentrunner/runner/internal/harness"
 	"github.com/agentrunner/runner/internal/logkey"
+	"github.com/agentrunner/runner/internal/metrics"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/store"
 	"github.com/agentrunner/runner/internal/wire"
@@ -746,6 +747,18 @@ func (s *Service) Prewarm() []PrewarmStats {
 			Ready: len(sp.ready), Claimed: sp.claimed, Refilling: sp.starting,
 			Hits: sp.hits, Misses: maps.Clone(sp.misses), LastError: sp.lastErr,
 		})
+	}
+	return out
+}
+
+var _ metrics.PrewarmState = (*Service)(nil)
+
+// PrewarmShapes implements metrics.PrewarmState.
+func (s *Service) PrewarmShapes() []metrics.PrewarmShape {
+	var out []metrics.PrewarmShape
+	for _, st := range s.Prewarm() {
+		out = append(out, metrics.PrewarmShape{Harness: st.Harness, Provider: st.Provider, Ready: st.Ready, Claimed: st.Claimed,
+			Refilling: st.Refilling, Hits: st.Hits, Misses: st.Misses})
 	}
 	return out
 }
