@@ -37,6 +37,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 k8s_version=v1.34.4
 k8s_staging=v0.34.4
 etcd_version=v3.6.5
+kube_bins=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd)
 tools=${RUNNER_TOOLS_DIR:-/var/cache/runner-tools}
 bin=$tools/kube-$k8s_version
 state=${RUNNER_KUBE_STATE:-/var/tmp/runner-kube}
@@ -48,6 +49,8 @@ pod_cidr=198.51.100.0/24
 svc_cidr=203.0.113.0/24
 # The namespace the provider's tests create sandboxes in.
 sandbox_ns=${RUNNER_KUBE_NAMESPACE:-runner-sandboxes}
+# Local PersistentVolumes made for the parking tests.
+pv_count=${RUNNER_KUBE_VOLUMES:-40}
 
 log() { echo "kube.sh: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -62,13 +65,29 @@ apt_install() {
 
 # --- build -----------------------------------------------------------------
 
+built() {
+  local b
+  for b in "${kube_bins[@]}"; do [[ -x $bin/$b ]] || return 1; done
+}
+
+# build holds a lock on the cache directory while it builds, so two CI runs
+# (or a run and a developer) never build into it at once; the second waits
+# and then finds the binaries there.
 build() {
-  local want=(kube-apiserver kube-scheduler kubelet etcd) b ok=1
-  for b in "${want[@]}"; do [[ -x $bin/$b ]] || ok=0; done
-  if ((ok)); then echo "$bin"; return; fi
+  built && { echo "$bin"; return; }
+  mkdir -p "$tools"
+  exec {lock}>"$tools/kube-$k8s_version.lock"
+  flock "$lock"
+  built && { echo "$bin"; exec {lock}>&-; return; }
+  build_locked
+  exec {lock}>&-
+  echo "$bin"
+}
+
+build_locked() {
+  local want=("${kube_bins[@]}") b
   mkdir -p "$bin"
   local work; work=$(mktemp -d)
-  trap 'rm -rf "$work"' RETURN
   export GOMODCACHE=${GOMODCACHE:-$(go env GOMODCACHE)}
   export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0 GOWORK=off
   local src
@@ -79,8 +98,10 @@ build() {
   cp -r "$src" "$work/k8s" && chmod -R u+w "$work/k8s"
   rm -rf "$work/k8s/vendor" "$work/k8s/go.work" "$work/k8s/go.work.sum"
   sed -i -E "s#^(\s*k8s.io/[a-z-]+) => ./staging/src/k8s.io/[a-z-]+#\1 => \1 $k8s_staging#" "$work/k8s/go.mod"
-  log "building kube-apiserver, kube-scheduler, kubelet $k8s_version (minutes on first use)"
-  (cd "$work/k8s" && go build -trimpath -ldflags=-s -o "$work/out/" ./cmd/kube-apiserver ./cmd/kube-scheduler ./cmd/kubelet) >&2
+  log "building kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl $k8s_version (minutes on first use)"
+  # One go build for all five: they share most packages.
+  (cd "$work/k8s" && go build -trimpath -ldflags=-s -o "$work/out/" ./cmd/kube-apiserver ./cmd/kube-controller-manager \
+    ./cmd/kube-scheduler ./cmd/kubelet ./cmd/kubectl) >&2
   src=$(go mod download -json "go.etcd.io/etcd/server/v3@$etcd_version" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
   [[ -d $src ]] || die "could not download go.etcd.io/etcd/server/v3@$etcd_version"
   cp -r "$src" "$work/etcd" && chmod -R u+w "$work/etcd"
@@ -89,7 +110,7 @@ build() {
   log "building etcd $etcd_version"
   (cd "$work/etcd" && go build -trimpath -ldflags=-s -o "$work/out/etcd" .) >&2
   for b in "${want[@]}"; do install -m 0755 "$work/out/$b" "$bin/$b.tmp" && mv "$bin/$b.tmp" "$bin/$b"; done
-  echo "$bin"
+  rm -rf "$work"
 }
 
 # --- images ----------------------------------------------------------------
@@ -167,14 +188,17 @@ pki() {
   cert kubelet "/O=system:nodes/CN=system:node:$node" "IP:$node_ip,DNS:$node"
   openssl genrsa -out sa.key 2048 2>/dev/null
   openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
-  # Static tokens: the admin the tests use, the scheduler, and "limited",
-  # a user the RBAC tests bind to a Role that lacks verbs.
+  # Static tokens: the admin the tests use, the scheduler, the controller
+  # manager, and "limited", a user the RBAC tests bind to a Role that
+  # lacks verbs.
   admin=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
   sched=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+  cm=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
   limited=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
   cat >tokens.csv <<EOF
 $admin,runner-admin,1,"system:masters"
 $sched,system:kube-scheduler,2
+$cm,system:kube-controller-manager,4
 $limited,runner-limited,3
 EOF
   kubeconfig() { # file server token
@@ -196,6 +220,7 @@ EOF
   kubeconfig "$state/kubeconfig" "https://127.0.0.1:$port" "$admin"
   kubeconfig "$state/kubeconfig-limited" "https://127.0.0.1:$port" "$limited"
   kubeconfig "$p/scheduler.kubeconfig" https://127.0.0.1:6443 "$sched"
+  kubeconfig "$p/controller-manager.kubeconfig" https://127.0.0.1:6443 "$cm"
   cat >"$p/kubelet.kubeconfig" <<EOF
 apiVersion: v1
 kind: Config
@@ -214,6 +239,35 @@ EOF
 }
 
 # --- up / down -------------------------------------------------------------
+
+# start_apiserver runs kube-apiserver in the background (inside the netns:
+# inner, or restart-apiserver through nsenter) and records its pid.
+start_apiserver() {
+  local s=$state
+  "$bin/kube-apiserver" --etcd-servers=http://127.0.0.1:2379 --bind-address=127.0.0.1 \
+    --secure-port=6443 --advertise-address="$node_ip" --token-auth-file="$s/pki/tokens.csv" \
+    --client-ca-file="$s/pki/ca.crt" --tls-cert-file="$s/pki/apiserver.crt" --tls-private-key-file="$s/pki/apiserver.key" \
+    --service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$s/pki/sa.pub" \
+    --service-account-signing-key-file="$s/pki/sa.key" --service-cluster-ip-range="$svc_cidr" \
+    --authorization-mode=Node,RBAC --kubelet-client-certificate="$s/pki/apiserver-kubelet.crt" \
+    --kubelet-client-key="$s/pki/apiserver-kubelet.key" --kubelet-preferred-address-types=InternalIP \
+    >>"$s/logs/apiserver.log" 2>&1 </dev/null &
+  echo $! >"$s/apiserver.pid"
+}
+
+# wait_apiserver waits (inside the netns) until the API server is ready:
+# minutes, not seconds, since a loaded CI machine starts it slowly. /readyz
+# is 403 to anonymous callers until RBAC's bootstrap is done, hence -f.
+wait_apiserver() {
+  local s=$state i
+  for i in $(seq 1 480); do
+    curl -sf --cacert "$s/pki/ca.crt" https://127.0.0.1:6443/readyz >/dev/null 2>&1 && return 0
+    sleep 0.5
+  done
+  echo "apiserver not ready" >&2
+  tail -20 "$s/logs/apiserver.log" >&2
+  return 1
+}
 
 # The part that runs inside the netns and a private mount namespace: every
 # mount kubelet and containerd make vanishes with it.
@@ -276,23 +330,19 @@ EOF
   run etcd "$bin/etcd" --data-dir "$s/etcd" --listen-client-urls http://127.0.0.1:2379 \
     --advertise-client-urls http://127.0.0.1:2379 --listen-peer-urls http://127.0.0.1:2380 --unsafe-no-fsync
   run containerd containerd --config "$s/containerd/config.toml"
-  run apiserver "$bin/kube-apiserver" --etcd-servers=http://127.0.0.1:2379 --bind-address=127.0.0.1 \
-    --secure-port=6443 --advertise-address="$node_ip" --token-auth-file="$s/pki/tokens.csv" \
-    --client-ca-file="$s/pki/ca.crt" --tls-cert-file="$s/pki/apiserver.crt" --tls-private-key-file="$s/pki/apiserver.key" \
-    --service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$s/pki/sa.pub" \
-    --service-account-signing-key-file="$s/pki/sa.key" --service-cluster-ip-range="$svc_cidr" \
-    --authorization-mode=Node,RBAC --kubelet-client-certificate="$s/pki/apiserver-kubelet.crt" \
-    --kubelet-client-key="$s/pki/apiserver-kubelet.key" --kubelet-preferred-address-types=InternalIP
+  start_apiserver
   run relay socat UNIX-LISTEN:"$s/apiserver.sock",fork,unlink-early TCP:127.0.0.1:6443
   local i
-  # Minutes, not seconds: a loaded CI machine starts the API server slowly.
-  for i in $(seq 1 480); do
-    curl -sf --cacert "$s/pki/ca.crt" https://127.0.0.1:6443/readyz >/dev/null 2>&1 && break
-    sleep 0.5
-  done
-  curl -sf --cacert "$s/pki/ca.crt" https://127.0.0.1:6443/readyz >/dev/null || { echo "apiserver not ready" >&2; tail -20 "$s/logs/apiserver.log" >&2; exit 1; }
+  wait_apiserver
   run scheduler "$bin/kube-scheduler" --kubeconfig="$s/pki/scheduler.kubeconfig" --leader-elect=false \
     --authentication-skip-lookup --authorization-always-allow-paths=/healthz,/readyz,/livez --secure-port=0
+  # The controller manager makes each namespace's default service account
+  # and kube-root-ca.crt, binds PVCs, collects garbage and deletes
+  # namespaces: what a real cluster does that the tests lean on.
+  run controller-manager "$bin/kube-controller-manager" --kubeconfig="$s/pki/controller-manager.kubeconfig" \
+    --leader-elect=false --secure-port=0 --service-account-private-key-file="$s/pki/sa.key" \
+    --root-ca-file="$s/pki/ca.crt" --cluster-cidr="$pod_cidr" --service-cluster-ip-range="$svc_cidr" \
+    --controllers='*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller'
   for i in $(seq 1 60); do [[ -S $s/containerd/containerd.sock ]] && break; sleep 0.5; done
   # kubelet's cgroupRoot must exist in every hierarchy; `down` removes it.
   local h
@@ -335,7 +385,7 @@ up() {
   ip netns add "$netns"
   # setsid: the cluster outlives this script; `down` stops it by pid.
   state=$state bin=$bin setsid nsenter --net="/run/netns/$netns" unshare --mount --propagation slave \
-    bash -c "$(declare -f inner); $(declare -p state bin node_ip pod_cidr svc_cidr node); inner" \
+    bash -c "$(declare -f inner start_apiserver wait_apiserver); $(declare -p state bin node_ip pod_cidr svc_cidr node); inner" \
     </dev/null >"$state/inner.log" 2>&1 &
   echo $! >"$state/nsenter.pid"
   local i
@@ -356,25 +406,104 @@ up() {
   done
   k "https://127.0.0.1:$port/api/v1/nodes/$node" 2>/dev/null | grep -q '"type":"Ready","status":"True"' ||
     { tail -30 "$state/logs/kubelet.log" >&2; die "node $node did not become Ready"; }
-  # No controller-manager: the namespace's default service account and
-  # root CA config map are made here.
   post() { k -X POST -H 'Content-Type: application/json' "https://127.0.0.1:$port$1" -d "$2" >/dev/null; }
   post /api/v1/namespaces "{\"metadata\":{\"name\":\"$sandbox_ns\"}}"
-  post "/api/v1/namespaces/$sandbox_ns/serviceaccounts" '{"metadata":{"name":"default"}}'
-  post "/api/v1/namespaces/$sandbox_ns/configmaps" \
-    "{\"metadata\":{\"name\":\"kube-root-ca.crt\"},\"data\":{\"ca.crt\":\"$(awk '{printf "%s\\n", $0}' "$state/pki/ca.crt")\"}}"
+  # The controller manager makes the namespace's default service account,
+  # which pod admission requires.
+  for i in $(seq 1 120); do k "https://127.0.0.1:$port/api/v1/namespaces/$sandbox_ns/serviceaccounts/default" >/dev/null 2>&1 && break; sleep 0.5; done
+  k "https://127.0.0.1:$port/api/v1/namespaces/$sandbox_ns/serviceaccounts/default" >/dev/null ||
+    { tail -30 "$state/logs/controller-manager.log" >&2; die "no default service account in $sandbox_ns (controller manager)"; }
   # "limited" may create and read pods but not exec into them: the
   # provider's boot check must name the missing verb.
   post "/apis/rbac.authorization.k8s.io/v1/namespaces/$sandbox_ns/roles" \
     '{"metadata":{"name":"limited"},"rules":[{"apiGroups":[""],"resources":["pods"],"verbs":["get","list","watch","create","delete"]}]}'
   post "/apis/rbac.authorization.k8s.io/v1/namespaces/$sandbox_ns/rolebindings" \
     '{"metadata":{"name":"limited"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"Role","name":"limited"},"subjects":[{"kind":"User","name":"runner-limited","apiGroup":"rbac.authorization.k8s.io"}]}'
+  volumes
+  smoke
   echo "$state/kubeconfig"
+}
+
+# volumes: StorageClass runner-local and a pool of local PersistentVolumes
+# on the node for the provider's parking tests (no provisioner runs here).
+# Each is used once (Retain): $pv_count bounds the claims a run may make.
+volumes() {
+  local kc=("$bin/kubectl" --kubeconfig "$state/kubeconfig") i y=$state/volumes.yaml
+  cat >"$y" <<EOF
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: runner-local}
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: WaitForFirstConsumer
+reclaimPolicy: Retain
+EOF
+  for i in $(seq -w 1 "$pv_count"); do
+    # Mode 0777: the pod's uid owns nothing here, and a local volume's
+    # subPaths take the mode of its root.
+    mkdir -p "$state/pv/$i" && chmod 0777 "$state/pv/$i"
+    cat >>"$y" <<EOF
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: runner-pv-$i}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: runner-local
+  local: {path: $state/pv/$i}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+      - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [$node]}]
+EOF
+  done
+  "${kc[@]}" apply -f "$y" >/dev/null
+}
+
+# smoke: a pod of the sandbox image runs, and exec reaches it through the
+# API server (kubectl, itself client-go); the provider's tests go further.
+smoke() {
+  local kc=("$bin/kubectl" --kubeconfig "$state/kubeconfig" -n "$sandbox_ns")
+  local t0=$SECONDS
+  "${kc[@]}" run kube-smoke --image=runner.local/sandbox:ci --restart=Never --command -- sleep 600 >/dev/null
+  if ! "${kc[@]}" wait --for=condition=Ready pod/kube-smoke --timeout=180s >/dev/null; then
+    "${kc[@]}" describe pod kube-smoke >&2 || true
+    tail -30 "$state/logs/kubelet.log" >&2
+    die "the smoke pod did not become Ready"
+  fi
+  local out; out=$("${kc[@]}" exec kube-smoke -- echo smoke-ok)
+  [[ $out == smoke-ok ]] || die "exec in the smoke pod said $out"
+  "${kc[@]}" delete pod kube-smoke --grace-period=0 --force >/dev/null 2>&1
+  log "a pod ran and answered exec in $((SECONDS - t0)) s"
+}
+
+# restart_apiserver stops the API server and starts it again, for the
+# provider's fault tests: it joins the cluster's network and mount
+# namespaces through the anchor process.
+restart_apiserver() {
+  [[ -f $state/inner.pid ]] || die "no cluster is up (no $state/inner.pid)"
+  local pid; pid=$(cat "$state/apiserver.pid")
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  kill -9 "$pid" 2>/dev/null || true
+  setsid -w nsenter -t "$(cat "$state/inner.pid")" -n -m \
+    bash -c "$(declare -f start_apiserver wait_apiserver); $(declare -p state bin node_ip svc_cidr); start_apiserver; wait_apiserver" </dev/null
+  log "the API server restarted (pid $(cat "$state/apiserver.pid"))"
+}
+
+# image rebuilds the sandbox image from this checkout into a running
+# cluster (after a change to runner sandboxd, say).
+image() {
+  [[ -f $state/inner.pid ]] || die "no cluster is up (no $state/inner.pid)"
+  images
 }
 
 case ${1:-} in
   build) build ;;
   up) up ;;
   down) down ;;
-  *) echo "usage: $0 build|up|down" >&2; exit 2 ;;
+  restart-apiserver) restart_apiserver ;;
+  image) image ;;
+  *) echo "usage: $0 build|up|down|restart-apiserver|image" >&2; exit 2 ;;
 esac

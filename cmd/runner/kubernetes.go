@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -55,6 +56,14 @@ func newKubernetes(cfg config.Config, replica string, log *slog.Logger) (*kubern
 		pc.Affinity = &corev1.Affinity{}
 		decode("AGENTA_RUNNER_KUBERNETES_AFFINITY", k.Affinity, pc.Affinity)
 	}
+	if k.StorageClass != "" {
+		pc.StorageClass = k.StorageClass
+		q, err := resource.ParseQuantity(k.VolumeSize)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("AGENTA_RUNNER_KUBERNETES_VOLUME_SIZE=%q: %w", k.VolumeSize, err))
+		}
+		pc.VolumeSize = q
+	}
 	for _, c := range k.ClusterCIDRs {
 		pfx, err := netip.ParsePrefix(c)
 		if err != nil {
@@ -75,7 +84,7 @@ func newKubernetes(cfg config.Config, replica string, log *slog.Logger) (*kubern
 	if err := p.CheckAccess(ctx); err != nil {
 		return nil, err
 	}
-	log.Info("kubernetes sandboxes", "namespace", k.Namespace, "image", k.Image, "runtime_class", k.RuntimeClass)
+	log.Info("kubernetes sandboxes", "namespace", k.Namespace, "image", k.Image, "runtime_class", k.RuntimeClass, "storage_class", k.StorageClass)
 	// The API accepts a NetworkPolicy whether or not anything enforces it,
 	// and nothing in the API says which: the admin must know.
 	log.Warn("kubernetes sandboxes: network off and allowlist are NetworkPolicies, which only a CNI that implements them enforces (Calico, Cilium …); on one that does not they are advisory (docs/kubernetes.md)")

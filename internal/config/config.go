@@ -75,6 +75,8 @@ type Kubernetes struct {
 	PendingTimeout time.Duration
 	IdleTTL        time.Duration
 	MaxWarm        int
+	StorageClass   string // empty: no parking
+	VolumeSize     string // a resource quantity
 }
 
 // HTTP configures the service's listener, its callers and its connections.

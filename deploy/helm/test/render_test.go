@@ -438,3 +438,30 @@ func TestRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestKubernetesParking: a storage class turns parking on, and only then
+// does the Role grant persistentvolumeclaims.
+func TestKubernetesParking(t *testing.T) {
+	base := []string{"agentRunner.provider=kubernetes", "agentRunner.kubernetes.image=runner:1"}
+	grants := func(objs map[string][]any) string {
+		for _, r := range objs["Role"][0].(*rbacv1.Role).Rules {
+			for _, res := range r.Resources {
+				if res == "persistentvolumeclaims" {
+					return strings.Join(r.Verbs, ",")
+				}
+			}
+		}
+		return ""
+	}
+	if g := grants(render(t, base...)); g != "" {
+		t.Errorf("without a storage class the Role grants persistentvolumeclaims %q", g)
+	}
+	objs := render(t, append(base, "agentRunner.kubernetes.storageClass=fast", "agentRunner.kubernetes.volumeSize=8Gi")...)
+	if g := grants(objs); g != "create,get,list,delete" {
+		t.Errorf("with a storage class the Role grants persistentvolumeclaims %q, want create,get,list,delete", g)
+	}
+	cfg := config(objs)
+	if cfg["AGENTA_RUNNER_KUBERNETES_STORAGE_CLASS"] != "fast" || cfg["AGENTA_RUNNER_KUBERNETES_VOLUME_SIZE"] != "8Gi" {
+		t.Errorf("parking settings: %q, %q", cfg["AGENTA_RUNNER_KUBERNETES_STORAGE_CLASS"], cfg["AGENTA_RUNNER_KUBERNETES_VOLUME_SIZE"])
+	}
+}

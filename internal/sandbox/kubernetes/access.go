@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -29,12 +30,24 @@ var needed = []authorizationv1.ResourceAttributes{
 	{Group: "networking.k8s.io", Resource: "networkpolicies", Verb: "delete"},
 }
 
+// neededParking are the verbs parking adds (Config.StorageClass).
+var neededParking = []authorizationv1.ResourceAttributes{
+	{Resource: "persistentvolumeclaims", Verb: "create"},
+	{Resource: "persistentvolumeclaims", Verb: "get"},
+	{Resource: "persistentvolumeclaims", Verb: "list"},
+	{Resource: "persistentvolumeclaims", Verb: "delete"},
+}
+
 // CheckAccess is the boot check: it asks the API server, with
 // SelfSubjectAccessReviews, whether the runner may do everything the
 // provider does in its namespace, and names each verb it may not.
 func (p *Provider) CheckAccess(ctx context.Context) error {
 	var missing []string
-	for _, ra := range needed {
+	verbs := needed
+	if p.parking() {
+		verbs = append(slices.Clone(needed), neededParking...)
+	}
+	for _, ra := range verbs {
 		ra.Namespace = p.cfg.Namespace
 		r, err := p.client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
 			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &ra},

@@ -29,10 +29,9 @@ const (
 	sandboxUser = 10001
 )
 
-// podFor is the pod of sandbox name for spec.
-func (p *Provider) podFor(name string, spec sandbox.Spec) *corev1.Pod {
-	yes, no := true, false
-	uid := int64(sandboxUser)
+// meta is the name, labels and annotations of sandbox name's pod and
+// claim: the reaper finds them by replica, an operator by session.
+func (p *Provider) meta(name string, spec sandbox.Spec) metav1.ObjectMeta {
 	lbl := map[string]string{
 		labelManaged: managedBy,
 		labelReplica: p.cfg.Replica,
@@ -44,15 +43,43 @@ func (p *Provider) podFor(name string, spec sandbox.Spec) *corev1.Pod {
 	for k, v := range spec.Labels {
 		annot["runner.agenta.ai/label-"+k] = v
 	}
+	return metav1.ObjectMeta{Name: name, Namespace: p.cfg.Namespace, Labels: lbl, Annotations: annot}
+}
+
+// podFor is the pod of sandbox name for spec.
+func (p *Provider) podFor(name string, spec sandbox.Spec) *corev1.Pod {
+	yes, no := true, false
+	uid := int64(sandboxUser)
 	emptyDir := func(n string) corev1.Volume {
 		return corev1.Volume{Name: n, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
+	}
+	volumes := []corev1.Volume{emptyDir("workspace"), emptyDir("agent"), emptyDir("home"), emptyDir("tmp")}
+	mounts := []corev1.VolumeMount{
+		{Name: "workspace", MountPath: workdir},
+		{Name: "agent", MountPath: workdir + "-agent"},
+		{Name: "home", MountPath: homeDir},
+		{Name: "tmp", MountPath: "/tmp"},
+	}
+	if p.parking() {
+		// One claim holds the three places that must outlive the pod, as
+		// subdirectories; /tmp stays the pod's own.
+		volumes = []corev1.Volume{
+			{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: name}}},
+			emptyDir("tmp"),
+		}
+		mounts = []corev1.VolumeMount{
+			{Name: "data", MountPath: workdir, SubPath: "workspace"},
+			{Name: "data", MountPath: workdir + "-agent", SubPath: "agent"},
+			{Name: "data", MountPath: homeDir, SubPath: "home"},
+			{Name: "tmp", MountPath: "/tmp"},
+		}
 	}
 	var runtimeClass *string
 	if p.cfg.RuntimeClassName != "" {
 		runtimeClass = &p.cfg.RuntimeClassName
 	}
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: p.cfg.Namespace, Labels: lbl, Annotations: annot},
+		ObjectMeta: p.meta(name, spec),
 		Spec: corev1.PodSpec{
 			RuntimeClassName:             runtimeClass,
 			RestartPolicy:                corev1.RestartPolicyNever,
@@ -69,7 +96,7 @@ func (p *Provider) podFor(name string, spec sandbox.Spec) *corev1.Pod {
 				FSGroup:        &uid,
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
-			Volumes: []corev1.Volume{emptyDir("workspace"), emptyDir("agent"), emptyDir("home"), emptyDir("tmp")},
+			Volumes: volumes,
 			Containers: []corev1.Container{{
 				Name:            container,
 				Image:           p.cfg.Image,
@@ -95,12 +122,7 @@ func (p *Provider) podFor(name string, spec sandbox.Spec) *corev1.Pod {
 					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 					SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 				},
-				VolumeMounts: []corev1.VolumeMount{
-					{Name: "workspace", MountPath: workdir},
-					{Name: "agent", MountPath: workdir + "-agent"},
-					{Name: "home", MountPath: homeDir},
-					{Name: "tmp", MountPath: "/tmp"},
-				},
+				VolumeMounts: mounts,
 			}},
 		},
 	}

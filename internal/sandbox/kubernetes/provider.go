@@ -67,6 +67,14 @@ type Config struct {
 	// TokenKey keys the per-pod daemon tokens (HMAC of the pod name), so
 	// a restarted runner can reach a daemon it started; default random.
 	TokenKey []byte
+	// StorageClass, when set, turns parking on: each sandbox's workspace,
+	// agent folder and home live on a PersistentVolumeClaim of this class
+	// (named as the sandbox), so Pause can delete the pod and keep them,
+	// and Open brings them back in a new pod. Empty: emptyDir volumes,
+	// and an idle pod is deleted with its files.
+	StorageClass string
+	// VolumeSize is the claim's requested size (default 4Gi).
+	VolumeSize resource.Quantity
 }
 
 // Provider creates sandboxes as pods.
@@ -135,6 +143,9 @@ func New(cfg Config, logger *slog.Logger) (*Provider, error) {
 	if cfg.PendingTimeout <= 0 {
 		cfg.PendingTimeout = 2 * time.Minute
 	}
+	if cfg.StorageClass != "" && cfg.VolumeSize.IsZero() {
+		cfg.VolumeSize = resource.MustParse("4Gi")
+	}
 	if len(cfg.TokenKey) == 0 {
 		cfg.TokenKey = make([]byte, 32)
 		_, _ = rand.Read(cfg.TokenKey)
@@ -154,7 +165,7 @@ func (p *Provider) Describe() map[string]any {
 	d := map[string]any{
 		"isolation": "kubernetes",
 		"network":   []string{"on", "off", "allowlist"},
-		"pause":     false,
+		"pause":     p.parking(),
 		"namespace": p.cfg.Namespace,
 		"image":     p.cfg.Image,
 	}
@@ -163,6 +174,9 @@ func (p *Provider) Describe() map[string]any {
 	}
 	return d
 }
+
+// parking says whether sandboxes keep their files on a claim across pods.
+func (p *Provider) parking() bool { return p.cfg.StorageClass != "" }
 
 // token is the daemon token of pod name. Deriving it keeps no state a
 // runner restart could lose.
@@ -204,6 +218,12 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandb
 	if err := p.applyPolicy(ctx, name, pol); err != nil {
 		return nil, err
 	}
+	if p.parking() {
+		if err := p.createClaim(ctx, name, spec); err != nil {
+			p.cleanup(ctx, name, log)
+			return nil, err
+		}
+	}
 	pod, err := p.client.CoreV1().Pods(p.cfg.Namespace).Create(ctx, p.podFor(name, spec), metav1.CreateOptions{})
 	if err != nil {
 		p.cleanup(ctx, name, log)
@@ -215,7 +235,7 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandb
 		return nil, err
 	}
 	log.Info("sandbox created", logkey.Duration, time.Since(start).Milliseconds())
-	return sb, nil
+	return asSandbox(sb, nil)
 }
 
 // cleanup deletes what a failed Create made.
@@ -240,6 +260,8 @@ func (p *Provider) Open(ctx context.Context, id string, spec sandbox.Spec) (sand
 	}
 	pod, err := p.client.CoreV1().Pods(p.cfg.Namespace).Get(ctx, id, metav1.GetOptions{})
 	switch {
+	case apierrors.IsNotFound(err) && p.parking():
+		return p.resume(ctx, id, spec, pol)
 	case apierrors.IsNotFound(err):
 		return nil, errdefs.With(errdefs.ErrNotFound, fmt.Errorf("kubernetes sandbox %s: the pod is gone", id))
 	case err != nil:
@@ -251,10 +273,12 @@ func (p *Provider) Open(ctx context.Context, id string, spec sandbox.Spec) (sand
 	if err := p.applyPolicy(ctx, id, pol); err != nil {
 		return nil, err
 	}
-	return p.attach(ctx, pod, p.log.With(logkey.Sandbox, id, logkey.Session, spec.SessionID))
+	return asSandbox(p.attach(ctx, pod, p.log.With(logkey.Sandbox, id, logkey.Session, spec.SessionID)))
 }
 
-// ListIDs returns the pods this replica made that are not being deleted.
+// ListIDs returns the sandboxes this replica made that are not being
+// deleted: its pods, and with parking its claims (a parked sandbox has
+// no pod).
 func (p *Provider) ListIDs(ctx context.Context) ([]string, error) {
 	sel := labels.Set{labelManaged: managedBy, labelReplica: p.cfg.Replica}.String()
 	list, err := p.client.CoreV1().Pods(p.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
@@ -262,9 +286,23 @@ func (p *Provider) ListIDs(ctx context.Context) ([]string, error) {
 		return nil, p.apiErr(fmt.Errorf("list pods in %s: %w", p.cfg.Namespace, err))
 	}
 	var ids []string
+	seen := map[string]bool{}
 	for _, pod := range list.Items {
 		if pod.DeletionTimestamp == nil {
 			ids = append(ids, pod.Name)
+			seen[pod.Name] = true
+		}
+	}
+	if !p.parking() {
+		return ids, nil
+	}
+	claims, err := p.client.CoreV1().PersistentVolumeClaims(p.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return nil, p.apiErr(fmt.Errorf("list persistent volume claims in %s: %w", p.cfg.Namespace, err))
+	}
+	for _, c := range claims.Items {
+		if c.DeletionTimestamp == nil && !seen[c.Name] {
+			ids = append(ids, c.Name)
 		}
 	}
 	return ids, nil
@@ -284,6 +322,12 @@ func (p *Provider) remove(ctx context.Context, name string) error {
 	err = p.client.NetworkingV1().NetworkPolicies(p.cfg.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return p.apiErr(fmt.Errorf("delete network policy %s/%s: %w", p.cfg.Namespace, name, err))
+	}
+	if p.parking() {
+		err = p.client.CoreV1().PersistentVolumeClaims(p.cfg.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return p.apiErr(fmt.Errorf("delete persistent volume claim %s/%s: %w", p.cfg.Namespace, name, err))
+		}
 	}
 	return nil
 }
@@ -309,6 +353,7 @@ func (p *Provider) attach(ctx context.Context, pod *corev1.Pod, log *slog.Logger
 		return nil, fmt.Errorf("kubernetes sandbox %s: daemon health: %w", name, err)
 	}
 	s := &Sandbox{
+		parked: p.parking(),
 		Remote: client.Remote{
 			Daemon: newClient(0),
 			Meta: sandbox.Info{
@@ -326,6 +371,18 @@ func (p *Provider) attach(ctx context.Context, pod *corev1.Pod, log *slog.Logger
 	}
 	s.Destroyed = s.destroyed
 	return s, nil
+}
+
+// asSandbox returns sb as the sandbox.Sandbox it is: a Pauser when parking is
+// on, so the runner parks it instead of destroying it.
+func asSandbox(sb *Sandbox, err error) (sandbox.Sandbox, error) {
+	if err != nil {
+		return nil, err
+	}
+	if sb.parked {
+		return &Parkable{sb}, nil
+	}
+	return sb, nil
 }
 
 // apiErr classes an API error: a refusal by RBAC is the operator's to

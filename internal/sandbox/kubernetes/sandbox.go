@@ -21,6 +21,8 @@ type Sandbox struct {
 	fw   *forwarder
 	http *http.Client
 	log  *slog.Logger
+	// parked says the provider parks: asSandbox wraps it in Parkable.
+	parked bool
 
 	// mu guards gone.
 	mu   sync.Mutex
