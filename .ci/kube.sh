@@ -3,13 +3,16 @@
 # provider's tests, built from pinned sources and run entirely inside a
 # network namespace this script creates. Needs root.
 #
-#   .ci/kube.sh build   # build the binaries into the cache, print the dir
-#   .ci/kube.sh up      # (re)start the cluster, print the kubeconfig's path
-#   .ci/kube.sh down    # stop it and remove everything it made
+#   .ci/kube.sh build              # build the binaries into the cache, print the dir
+#   .ci/kube.sh up                 # (re)start the cluster, print the kubeconfig's path
+#   .ci/kube.sh down               # stop it and remove everything it made
+#   .ci/kube.sh restart-apiserver  # for the fault tests
+#   .ci/kube.sh image              # rebuild the sandbox image into a running cluster
 #
-# Binaries (kube-apiserver, kube-scheduler, kubelet from k8s.io/kubernetes,
-# etcd from go.etcd.io/etcd/server/v3) are built once into
-# /var/cache/runner-tools/kube-<version>/. containerd, runc and the CNI
+# Binaries (kube-apiserver, kube-controller-manager, kube-scheduler,
+# kubelet, kubectl from k8s.io/kubernetes, etcd from
+# go.etcd.io/etcd/server/v3) are built once into
+# /var/cache/runner-tools/kube-<version>/, under a lock. containerd, runc and the CNI
 # plugins come from Debian. The images (a static pause, and the sandbox
 # image: the debootstrap base of .ci/tools.sh plus this checkout's runner
 # and the scripted test agent) are packed here as docker archives and
@@ -27,9 +30,9 @@
 # left behind never breaks the next one. Processes are tracked by the pid
 # files under the state dir and by the netns's own pid list.
 #
-# Not yet called by .ci/run: it has built the binaries and started the
-# control plane and kubelet here once, but no node has been seen Ready and
-# the provider's cluster tests that use it have not run.
+# .ci/run calls build and up before make test, and down at exit; the
+# provider's cluster tests (internal/sandbox/kubernetes, RUNNER_TEST_KUBE)
+# run against it. docs/kubernetes.md describes the cluster.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -115,10 +118,11 @@ build_locked() {
 
 # --- images ----------------------------------------------------------------
 
-# docker_archive OUT TAG LAYER...: a docker-archive tar (what `docker save`
-# writes) of the given layer tars, for `ctr images import`.
+# docker_archive OUT TAG ENTRYPOINT LAYER...: a docker-archive tar (what
+# `docker save` writes) of the given layer tars, for `ctr images import`.
+# ENTRYPOINT is a JSON list, or "" for none (the pod names the command).
 docker_archive() {
-  local out=$1 tag=$2; shift 2
+  local out=$1 tag=$2 entry=$3; shift 3
   local d; d=$(mktemp -d)
   local layers=() diffs=() l i=0 sum
   for l in "$@"; do
@@ -128,7 +132,8 @@ docker_archive() {
     i=$((i + 1))
   done
   local IFS=,
-  printf '{"architecture":"amd64","os":"linux","config":{"Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]},"rootfs":{"type":"layers","diff_ids":[%s]}}' "${diffs[*]}" >"$d/config.json"
+  printf '{"architecture":"amd64","os":"linux","config":{"Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]%s},"rootfs":{"type":"layers","diff_ids":[%s]}}' \
+    "${entry:+,\"Entrypoint\":$entry}" "${diffs[*]}" >"$d/config.json"
   printf '[{"Config":"config.json","RepoTags":["%s"],"Layers":[%s]}]' "$tag" "${layers[*]}" >"$d/manifest.json"
   tar -C "$d" -cf "$out" .
   rm -rf "$d"
@@ -155,14 +160,16 @@ func main() {
 EOF
   (cd "$img" && CGO_ENABLED=0 GOFLAGS= go build -trimpath -ldflags=-s -o pause/root/pause pause.go)
   tar -C "$img/pause/root" -cf "$img/pause-layer.tar" .
-  docker_archive "$img/pause.tar" runner.local/pause:1 "$img/pause-layer.tar"
+  docker_archive "$img/pause.tar" runner.local/pause:1 '["/pause"]' "$img/pause-layer.tar"
   # sandbox: the Debian base plus this checkout's runner (for `runner
   # sandboxd`) and the scripted agent.
-  local base; base=$("$repo/.ci/tools.sh" base | awk '{print $2}')
+  # RUNNER_KUBE_BASE: another root file system tarball to build it on.
+  local base=${RUNNER_KUBE_BASE:-}
+  [[ -n $base ]] || base=$("$repo/.ci/tools.sh" base | awk '{print $2}')
   (cd "$repo" && CGO_ENABLED=0 go build -trimpath -o "$img/sandbox/root/usr/local/bin/runner" ./cmd/runner &&
     CGO_ENABLED=0 go build -trimpath -o "$img/sandbox/root/usr/local/bin/fakeagent" ./internal/agent/agenttest/fakeagent)
   tar -C "$img/sandbox/root" --owner=0 --group=0 -cf "$img/sandbox-layer.tar" .
-  docker_archive "$img/sandbox.tar" runner.local/sandbox:ci "$base" "$img/sandbox-layer.tar"
+  docker_archive "$img/sandbox.tar" runner.local/sandbox:ci '["/usr/local/bin/runner","sandboxd"]' "$base" "$img/sandbox-layer.tar"
   local ctr=(ctr --address "$state/containerd/containerd.sock" -n k8s.io)
   "${ctr[@]}" images import "$img/pause.tar" >/dev/null
   "${ctr[@]}" images import "$img/sandbox.tar" >/dev/null
@@ -189,7 +196,9 @@ pki() {
   openssl genrsa -out sa.key 2048 2>/dev/null
   openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
   # Static tokens: the admin the tests use, the scheduler, the controller
-  # manager, and "limited", a user the RBAC tests bind to a Role that
+  # manager (which runs every controller under its one identity here, no
+  # per-controller service accounts, hence system:masters on this test
+  # cluster), and "limited", a user the RBAC tests bind to a Role that
   # lacks verbs.
   admin=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
   sched=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
@@ -198,7 +207,7 @@ pki() {
   cat >tokens.csv <<EOF
 $admin,runner-admin,1,"system:masters"
 $sched,system:kube-scheduler,2
-$cm,system:kube-controller-manager,4
+$cm,system:kube-controller-manager,4,"system:masters"
 $limited,runner-limited,3
 EOF
   kubeconfig() { # file server token
@@ -400,25 +409,23 @@ up() {
   k() { curl -sf --cacert "$state/pki/ca.crt" -H "Authorization: Bearer $(awk -F, 'NR==1{print $1}' "$state/pki/tokens.csv")" "$@"; }
   for i in $(seq 1 60); do k "https://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break; sleep 0.5; done
   images
-  for i in $(seq 1 360); do
-    k "https://127.0.0.1:$port/api/v1/nodes/$node" 2>/dev/null | grep -q '"type":"Ready","status":"True"' && break
-    sleep 0.5
-  done
-  k "https://127.0.0.1:$port/api/v1/nodes/$node" 2>/dev/null | grep -q '"type":"Ready","status":"True"' ||
+  # kubectl from here on: the API server pretty-prints JSON for curl,
+  # which no grep of compact JSON matches.
+  local kc=("$bin/kubectl" --kubeconfig "$state/kubeconfig")
+  # The node object appears when the kubelet registers; wait needs it.
+  for i in $(seq 1 360); do "${kc[@]}" get node "$node" >/dev/null 2>&1 && break; sleep 0.5; done
+  "${kc[@]}" wait --for=condition=Ready "node/$node" --timeout=180s >/dev/null ||
     { tail -30 "$state/logs/kubelet.log" >&2; die "node $node did not become Ready"; }
-  post() { k -X POST -H 'Content-Type: application/json' "https://127.0.0.1:$port$1" -d "$2" >/dev/null; }
-  post /api/v1/namespaces "{\"metadata\":{\"name\":\"$sandbox_ns\"}}"
+  "${kc[@]}" create namespace "$sandbox_ns" >/dev/null
   # The controller manager makes the namespace's default service account,
   # which pod admission requires.
-  for i in $(seq 1 120); do k "https://127.0.0.1:$port/api/v1/namespaces/$sandbox_ns/serviceaccounts/default" >/dev/null 2>&1 && break; sleep 0.5; done
-  k "https://127.0.0.1:$port/api/v1/namespaces/$sandbox_ns/serviceaccounts/default" >/dev/null ||
+  for i in $(seq 1 240); do "${kc[@]}" -n "$sandbox_ns" get serviceaccount default >/dev/null 2>&1 && break; sleep 0.5; done
+  "${kc[@]}" -n "$sandbox_ns" get serviceaccount default >/dev/null ||
     { tail -30 "$state/logs/controller-manager.log" >&2; die "no default service account in $sandbox_ns (controller manager)"; }
-  # "limited" may create and read pods but not exec into them: the
-  # provider's boot check must name the missing verb.
-  post "/apis/rbac.authorization.k8s.io/v1/namespaces/$sandbox_ns/roles" \
-    '{"metadata":{"name":"limited"},"rules":[{"apiGroups":[""],"resources":["pods"],"verbs":["get","list","watch","create","delete"]}]}'
-  post "/apis/rbac.authorization.k8s.io/v1/namespaces/$sandbox_ns/rolebindings" \
-    '{"metadata":{"name":"limited"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"Role","name":"limited"},"subjects":[{"kind":"User","name":"runner-limited","apiGroup":"rbac.authorization.k8s.io"}]}'
+  # "limited" may create and read pods but not port-forward to them nor
+  # touch NetworkPolicies: the provider's boot check must name those.
+  "${kc[@]}" -n "$sandbox_ns" create role limited --verb=get,list,watch,create,delete --resource=pods >/dev/null
+  "${kc[@]}" -n "$sandbox_ns" create rolebinding limited --role=limited --user=runner-limited >/dev/null
   volumes
   smoke
   echo "$state/kubeconfig"
