@@ -34,6 +34,10 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
 		goleak.IgnoreAnyFunction("k8s.io/client-go/util/workqueue.(*Typed[...]).updateUnfinishedWorkLoop"),
 		goleak.IgnoreAnyFunction("k8s.io/client-go/util/workqueue.(*delayingType[...]).waitingLoop"),
+		// client-go caches its transports process-wide (one per TLS
+		// configuration), and with them their idle HTTP/2 connections to
+		// the API server.
+		goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*ClientConn).readLoop"),
 	)...)
 }
 
@@ -191,6 +195,8 @@ func TestClusterPodHardened(t *testing.T) {
 
 // A pod deleted out of band while its sandbox is warm (no process
 // running) is reported gone, as the runner's warm pool needs to fall back.
+// Its container may still answer for a while (the kubelet kills it after
+// the API object is gone), so the API server's word is what counts.
 func TestClusterPodDeletedWhileWarm(t *testing.T) {
 	p := newProvider(t)
 	sb := create(t, p, sandbox.Spec{})
@@ -201,9 +207,6 @@ func TestClusterPodDeletedWhileWarm(t *testing.T) {
 	err := sb.(sandbox.Prober).Probe(t.Context())
 	if !errors.Is(err, sandbox.ErrGone) {
 		t.Fatalf("Probe after the pod was deleted: %v, want ErrGone", err)
-	}
-	if _, err := sb.Start(t.Context(), sandbox.Cmd{Path: "/bin/true", Env: sandboxtest.Env(sb)}); !errors.Is(err, sandbox.ErrGone) {
-		t.Errorf("Start after the pod was deleted: %v, want ErrGone", err)
 	}
 	if _, err := p.Open(t.Context(), sb.Info().ID, sandbox.Spec{SessionID: t.Name()}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("Open of a deleted pod: %v, want not found", err)
@@ -403,6 +406,8 @@ func TestClusterNetworkPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Its own connection to the pod; the pod goes with the first Destroy.
+	t.Cleanup(func() { _ = sb2.Destroy(context.Background()) })
 	if _, err := sandboxtest.Sh(t, sb2, "true"); err != nil {
 		t.Fatal(err)
 	}
@@ -467,11 +472,8 @@ func TestClusterParkResume(t *testing.T) {
 	if err := resumed.Destroy(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), id, metav1.GetOptions{}); err == nil {
-		claim, _ := c.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), id, metav1.GetOptions{})
-		if claim.DeletionTimestamp == nil {
-			t.Errorf("Destroy left the claim %s", id)
-		}
+	if claim, err := c.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), id, metav1.GetOptions{}); err == nil && claim.DeletionTimestamp == nil {
+		t.Errorf("Destroy left the claim %s", id)
 	}
 	if _, err := p.Open(t.Context(), id, sandbox.Spec{SessionID: t.Name()}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("Open after Destroy: %v, want not found", err)

@@ -37,10 +37,16 @@ var (
 	_ sandbox.TreeWatcher = (*Sandbox)(nil)
 )
 
-// Probe checks that the pod runs and its daemon answers.
+// Probe checks that the pod still exists and its daemon answers. The API
+// server is asked first: a pod deleted out of band keeps answering through
+// the open port-forward until the kubelet has killed its container, and
+// reusing it then would lose the turn.
 func (s *Sandbox) Probe(ctx context.Context) error {
 	if s.destroyed() {
 		return goneErr(s.id, "was destroyed")
+	}
+	if err := s.p.gone(s.id)(ctx); err != nil {
+		return err
 	}
 	if _, err := s.Daemon.Health(ctx); err != nil {
 		if gerr := s.p.gone(s.id)(ctx); gerr != nil {
