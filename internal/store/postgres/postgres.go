@@ -85,13 +85,45 @@ func Open(ctx context.Context, url string, opts ...Options) (*Store, error) {
 	}
 	mctx, cancel := context.WithTimeoutCause(ctx, migrateTimeout, errors.New("the schema migration did not finish within "+migrateTimeout.String()))
 	defer cancel()
-	if err := migrate(mctx, pool, migrations); err != nil {
+	if err := untilReady(mctx, func() error { return migrate(mctx, pool, migrations) }); err != nil {
 		cut.Cut()
 		pool.Close()
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	name := fmt.Sprintf("%s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
 	return &Store{pool: pool, cut: cut, db: bounded{pool: pool, timeout: o.StatementTimeout}, name: name}, nil
+}
+
+// A server that is starting up or shutting down refuses connections with
+// SQLSTATE 57P03 (cannot_connect_now): a compose stack or a pod started
+// beside its database meets it at boot (the database image's first start
+// restarts the server after initdb). Open waits it out, within the
+// migration's bound, rather than fail the runner's start.
+const (
+	notReadyFirst = 250 * time.Millisecond
+	notReadyMax   = 2 * time.Second
+)
+
+// untilReady runs f again while it fails because the server is not ready
+// yet, until ctx ends; the last error names the wait.
+func untilReady(ctx context.Context, f func() error) error {
+	wait, waited := notReadyFirst, time.Duration(0)
+	for {
+		err := f()
+		var pe *pgconn.PgError
+		if err == nil || !errors.As(err, &pe) || pe.Code != "57P03" {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("the server was still not accepting connections after %s: %w", waited.Round(time.Millisecond), err)
+		case <-t.C:
+		}
+		waited += wait
+		wait = min(2*wait, notReadyMax)
+	}
 }
 
 // String names the store in errors: the server and database, never the
