@@ -399,5 +399,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, s := range subs {
 		rt.log.Info("key gateway: credential substituted", logkey.Credential, s.s.name, logkey.Placement, s.where.String(), logkey.Host, rt.target.Host)
 	}
+	// Full duplex: by default the response's first write would drain and
+	// close the request body, and the transport, maybe still sending the
+	// body's end upstream, would then fail and cut the upstream
+	// connection mid-response (a stream broken off now and then, under
+	// load).
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	rt.proxy.ServeHTTP(w, r2)
 }

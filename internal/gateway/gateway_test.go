@@ -14,6 +14,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/agentrunner/runner/internal/duplextest"
 	"github.com/agentrunner/runner/internal/gateway"
 	"github.com/agentrunner/runner/internal/sandbox/egress"
 )
@@ -459,4 +460,39 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.Write(p)
+}
+
+// TestRequestAndResponseStreamTogether: a request body still arriving
+// while the response streams passes whole both ways. A gateway that is
+// not full duplex closes the body when the response starts; a transport
+// still sending it then breaks the upstream connection and the client's
+// stream is cut short, now and then, for any request.
+func TestRequestAndResponseStreamTogether(t *testing.T) {
+	up := duplextest.Upstream(t)
+	g := newGateway(t, nil, up.Listener.Addr().String())
+	rt := register(t, g, gateway.Spec{BaseURL: up.URL, Credentials: []gateway.Credential{openai}})
+	duplextest.Check(t, http.DefaultClient, rt.BaseURL+"/v1/messages", "Authorization", "Bearer "+rt.Placeholders["sk-real"])
+}
+
+// TestARouteThatHidesNoKeyPassesBodies: a route whose credentials are all
+// empty hides nothing; a request body through it reaches the upstream
+// whole. The body guard once indexed out of range there, in the HTTP
+// transport's own goroutine, which nothing recovers: a process-wide
+// crash. The runner does not reach it today (it refuses an empty
+// credential value at admission); the gateway must not rely on that.
+func TestARouteThatHidesNoKeyPassesBodies(t *testing.T) {
+	rec := &recorder{}
+	up := httptest.NewServer(rec)
+	t.Cleanup(up.Close)
+	g := newGateway(t, nil, up.Listener.Addr().String())
+	empty := openai
+	empty.Key = ""
+	rt := register(t, g, gateway.Spec{BaseURL: up.URL, Credentials: []gateway.Credential{empty}})
+	body := strings.Repeat("a model request ", 8<<10)
+	if resp, got := do(t, http.MethodPost, rt.BaseURL+"/v1/chat/completions", strings.NewReader(body)); resp.StatusCode != http.StatusOK || got != "ok" {
+		t.Fatalf("%s %q, want 200 ok", resp.Status, got)
+	}
+	if _, bodies := rec.requests(); len(bodies) != 1 || bodies[0] != body {
+		t.Fatalf("the upstream read %d bodies, want the one sent whole", len(bodies))
+	}
 }

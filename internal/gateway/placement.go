@@ -222,7 +222,9 @@ func (b *bodyGuard) Read(p []byte) (int, error) {
 			return 0, m
 		}
 	}
-	keep := min(len(b.win), b.rt.longest-1)
+	// A route may hide no key at all (its credentials were empty): then
+	// there is no placeholder to look for and nothing to hold back.
+	keep := max(0, min(len(b.win), b.rt.longest-1))
 	b.tail = append(b.tail[:0], b.win[len(b.win)-keep:]...)
 	return n, err
 }

@@ -235,6 +235,12 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		body = b
 	}
+	if !replay {
+		// A streamed body: full duplex, or writing the response closes a
+		// body the transport may still be reading the end of, and it cuts
+		// the store's connection mid-response.
+		_ = http.NewResponseController(w).EnableFullDuplex()
+	}
 	resp, lease, err := e.forward(r, body, replay)
 	if err != nil {
 		e.failed(err)

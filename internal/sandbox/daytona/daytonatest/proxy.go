@@ -59,6 +59,11 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		cancel()
 	}()
 	defer fw.hang()
+	// Full duplex, as Daytona's proxy is: otherwise the response's first
+	// write closes a request body the transport may still be sending, and
+	// the upstream connection is cut mid-response (a checkpoint's export
+	// ended "unexpected EOF" now and then under load).
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	w = fw
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {

@@ -123,6 +123,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method != http.MethodConnect {
+		// Full duplex, or the response's first write closes a request
+		// body the transport may still be sending, and the upstream
+		// connection is cut mid-response.
+		_ = http.NewResponseController(w).EnableFullDuplex()
 		p.rp.ServeHTTP(w, r)
 		return
 	}

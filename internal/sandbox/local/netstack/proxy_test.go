@@ -2,13 +2,16 @@ package netstack
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"testing"
 
+	"github.com/agentrunner/runner/internal/duplextest"
 	"github.com/agentrunner/runner/internal/sandbox/egress"
 )
 
@@ -80,4 +83,33 @@ func TestProxyRefusesLoopbackSpellings(t *testing.T) {
 	if len(events) == 0 {
 		t.Error("no network.blocked event")
 	}
+}
+
+// TestProxyStreamsBothWays: a plain HTTP request through the allowlist
+// proxy whose body still arrives while the response streams passes whole
+// both ways (a proxy that is not full duplex cuts such streams short).
+func TestProxyStreamsBothWays(t *testing.T) {
+	up := duplextest.Upstream(t)
+	allow, err := ParseAllowlist([]string{up.Listener.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := egress.New([]string{up.Listener.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "p.sock")
+	p, err := StartProxy(sock, allow, pol.Control, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	tr := &http.Transport{
+		Proxy: func(*http.Request) (*url.URL, error) { return &url.URL{Scheme: "http", Host: "proxy"}, nil },
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return new(net.Dialer).DialContext(ctx, "unix", sock)
+		},
+	}
+	defer tr.CloseIdleConnections()
+	duplextest.Check(t, &http.Client{Transport: tr}, up.URL+"/stream")
 }
