@@ -9,6 +9,15 @@
 #   .ci/kube.sh restart-apiserver  # for the fault tests
 #   .ci/kube.sh image              # rebuild the sandbox image into a running cluster
 #
+# RUNNER_KUBE_NAME (default runner-kube) names one cluster: its network
+# namespace, the kubelet's cgroupRoot, and the defaults of its state dir
+# (/var/tmp/$RUNNER_KUBE_NAME, RUNNER_KUBE_STATE) and host port
+# (RUNNER_KUBE_PORT: 16443 for runner-kube, else one derived from the
+# name; set it when running several). Clusters of different names run side
+# by side and never touch each other: a developer's cluster survives a CI
+# run's `down` of the default one, e.g.
+#   RUNNER_KUBE_NAME=runner-kube-me RUNNER_KUBE_PORT=16501 .ci/kube.sh up
+#
 # Binaries (kube-apiserver, kube-controller-manager, kube-scheduler,
 # kubelet, kubectl from k8s.io/kubernetes, etcd from
 # go.etcd.io/etcd/server/v3) are built once into
@@ -20,11 +29,14 @@
 #
 # Network rule: the node (192.0.2.1 on a veth pair whose both ends stay in
 # the namespace), pods (198.51.100.0/24) and services (203.0.113.0/24)
-# use documentation ranges and live in netns runner-kube; the host
+# use documentation ranges and live in netns $RUNNER_KUBE_NAME; the host
 # namespace gets no address. The API server listens on 127.0.0.1:6443
 # inside it; two socat relays joined by a unix socket expose it on the
 # host's 127.0.0.1:$RUNNER_KUBE_PORT (16443), which is what the kubeconfig
-# names.
+# names. In the cluster's private mount namespace its own directories
+# under the state dir are bound over /var/lib/cni (IPAM leases, CNI
+# results) and /var/log/pods, /var/log/containers (a kubelet deletes the
+# pod log directories of pods it does not know, i.e. another cluster's).
 #
 # `up` is idempotent: it runs `down` first, so a cluster a killed CI run
 # left behind never breaks the next one. Processes are tracked by the pid
@@ -43,9 +55,15 @@ etcd_version=v3.6.5
 kube_bins=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd)
 tools=${RUNNER_TOOLS_DIR:-/var/cache/runner-tools}
 bin=$tools/kube-$k8s_version
-state=${RUNNER_KUBE_STATE:-/var/tmp/runner-kube}
-netns=runner-kube
-port=${RUNNER_KUBE_PORT:-16443}
+name=${RUNNER_KUBE_NAME:-runner-kube}
+[[ $name =~ ^[a-z0-9][a-z0-9-]{0,30}$ ]] || { echo "kube.sh: RUNNER_KUBE_NAME=$name: want [a-z0-9-], at most 31 characters" >&2; exit 2; }
+state=${RUNNER_KUBE_STATE:-/var/tmp/$name}
+netns=$name
+if [[ $name == runner-kube ]]; then
+  port=${RUNNER_KUBE_PORT:-16443}
+else
+  port=${RUNNER_KUBE_PORT:-$((16444 + $(printf %s "$name" | cksum | cut -d' ' -f1) % 500))}
+fi
 node=runner-node
 node_ip=192.0.2.1
 pod_cidr=198.51.100.0/24
@@ -215,15 +233,15 @@ EOF
 apiVersion: v1
 kind: Config
 clusters:
-- name: runner-kube
+- name: $name
   cluster: {server: "$2", certificate-authority: $p/ca.crt}
 users:
 - name: user
   user: {token: "$3"}
 contexts:
-- name: runner-kube
-  context: {cluster: runner-kube, user: user, namespace: $sandbox_ns}
-current-context: runner-kube
+- name: $name
+  context: {cluster: $name, user: user, namespace: $sandbox_ns}
+current-context: $name
 EOF
   }
   kubeconfig "$state/kubeconfig" "https://127.0.0.1:$port" "$admin"
@@ -288,10 +306,16 @@ inner() {
   ip link set node0 up
   ip link set node1 up
   ip route add default dev node0 2>/dev/null || true
-  local s=$state
+  local s=$state d
   mkdir -p "$s/cni" "$s/containerd" "$s/kubelet" "$s/logs"
+  # Host paths every kubelet or CNI plugin shares, made this cluster's own
+  # (in this mount namespace only): see the header.
+  for d in /var/lib/cni /var/log/pods /var/log/containers; do
+    mkdir -p "$d" "$s/host$d"
+    mount --bind "$s/host$d" "$d"
+  done
   cat >"$s/cni/10-bridge.conflist" <<EOF
-{"cniVersion":"1.0.0","name":"runner-kube","plugins":[
+{"cniVersion":"1.0.0","name":"$name","plugins":[
  {"type":"bridge","bridge":"cni0","isGateway":true,"ipMasq":false,
   "ipam":{"type":"host-local","ranges":[[{"subnet":"$pod_cidr"}]],"routes":[{"dst":"0.0.0.0/0"}]}},
  {"type":"loopback"}]}
@@ -329,7 +353,7 @@ imageGCHighThresholdPercent: 100
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%"}
 podCIDR: $pod_cidr
 resolvConf: ""
-cgroupRoot: /runner-kube
+cgroupRoot: /$name
 EOF
   run() { # name args...: start in the background, record the pid
     local name=$1; shift
@@ -355,7 +379,7 @@ EOF
   for i in $(seq 1 60); do [[ -S $s/containerd/containerd.sock ]] && break; sleep 0.5; done
   # kubelet's cgroupRoot must exist in every hierarchy; `down` removes it.
   local h
-  for h in /sys/fs/cgroup/*/; do mkdir -p "$h/runner-kube" 2>/dev/null || true; done
+  for h in /sys/fs/cgroup/*/; do mkdir -p "$h/$name" 2>/dev/null || true; done
   run kubelet "$bin/kubelet" --config="$s/kubelet/config.yaml" --kubeconfig="$s/pki/kubelet.kubeconfig" \
     --container-runtime-endpoint="unix://$s/containerd/containerd.sock" --node-ip="$node_ip" \
     --hostname-override="$node" --root-dir="$s/kubelet/root" --cert-dir="$s/kubelet/pki"
@@ -380,8 +404,13 @@ down() {
     for pid in $(ip netns pids "$netns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
     ip netns del "$netns" 2>/dev/null || true
   fi
-  # The cgroups kubelet made under its cgroupRoot.
-  find /sys/fs/cgroup -depth -type d -path '*/runner-kube*' -exec rmdir {} + 2>/dev/null || true
+  # The cgroups kubelet made under its cgroupRoot, in every hierarchy:
+  # exactly this cluster's root (runner-kube's must not match runner-kube2).
+  local h
+  for h in /sys/fs/cgroup /sys/fs/cgroup/*/; do
+    h=${h%/}
+    [[ -d $h/$name ]] && find "$h/$name" -depth -type d -exec rmdir {} + 2>/dev/null || true
+  done
   rm -rf "$state"
 }
 
@@ -389,12 +418,17 @@ up() {
   apt_install containerd runc containernetworking-plugins socat openssl curl iproute2
   build >/dev/null
   down
+  # Another cluster (or anything) on the port would answer our readiness
+  # checks with the wrong certificate: refuse it by name.
+  if ss -Htln "sport = :$port" | grep -q .; then
+    die "127.0.0.1:$port is in use (another cluster?): set RUNNER_KUBE_PORT for $name"
+  fi
   mkdir -p "$state"
   pki
   ip netns add "$netns"
   # setsid: the cluster outlives this script; `down` stops it by pid.
   state=$state bin=$bin setsid nsenter --net="/run/netns/$netns" unshare --mount --propagation slave \
-    bash -c "$(declare -f inner start_apiserver wait_apiserver); $(declare -p state bin node_ip pod_cidr svc_cidr node); inner" \
+    bash -c "$(declare -f inner start_apiserver wait_apiserver); $(declare -p state bin node_ip pod_cidr svc_cidr node name); inner" \
     </dev/null >"$state/inner.log" 2>&1 &
   echo $! >"$state/nsenter.pid"
   local i
