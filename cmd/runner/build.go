@@ -96,7 +96,7 @@ func buildService(ctx context.Context, cfg config.Config, environ []string, log 
 			return nil, nil, nil, err
 		}
 	}
-	svc, err := newService(cfg, environ, log, st, replica, tc, gw, eg, obs)
+	svc, closeProviders, err := newService(cfg, environ, log, st, replica, tc, gw, eg, obs)
 	if err != nil {
 		stopTools()
 		if gw != nil {
@@ -106,6 +106,7 @@ func buildService(ctx context.Context, cfg config.Config, environ []string, log 
 		return nil, nil, nil, err
 	}
 	return svc, st, func() {
+		closeProviders()
 		stopTools()
 		if gw != nil {
 			gw.Close()
@@ -181,30 +182,61 @@ func replicaID(cfg config.Config) (string, error) {
 	return id, nil
 }
 
-func newService(cfg config.Config, environ []string, log *slog.Logger, st store.Store, replica string, tc runner.ToolsConfig, gw *gateway.Gateway, eg *egress.Policy, obs metrics.Observer) (*runner.Service, error) {
+// newService builds the enabled providers and the service over them. The
+// returned function closes the providers that hold something of their
+// own (the Kubernetes provider's pod watch), after the service's Shutdown.
+func newService(cfg config.Config, environ []string, log *slog.Logger, st store.Store, replica string, tc runner.ToolsConfig, gw *gateway.Gateway, eg *egress.Policy, obs metrics.Observer) (*runner.Service, func(), error) {
+	providers, err := newProviders(cfg, replica, eg, log)
+	closeProviders := func() {
+		for _, p := range providers {
+			if c, ok := p.(io.Closer); ok {
+				_ = c.Close()
+			}
+		}
+	}
+	if err != nil {
+		closeProviders()
+		return nil, nil, err
+	}
+	svc, err := serviceOver(cfg, environ, log, st, replica, tc, gw, eg, obs, providers)
+	if err != nil {
+		closeProviders()
+		return nil, nil, err
+	}
+	return svc, closeProviders, nil
+}
+
+// newProviders makes the enabled sandbox providers; on an error it
+// returns those made so far, for the caller to close.
+func newProviders(cfg config.Config, replica string, eg *egress.Policy, log *slog.Logger) ([]sandbox.Provider, error) {
 	var providers []sandbox.Provider
 	for _, name := range cfg.EnabledProviders {
 		switch name {
 		case "local":
 			p, err := newLocal(cfg, eg, log)
 			if err != nil {
-				return nil, fmt.Errorf("local sandbox provider: %w", err)
+				return providers, fmt.Errorf("local sandbox provider: %w", err)
 			}
 			providers = append(providers, p)
 		case "daytona":
 			p, err := newDaytona(cfg, replica, log)
 			if err != nil {
-				return nil, fmt.Errorf("daytona sandbox provider: %w", err)
+				return providers, fmt.Errorf("daytona sandbox provider: %w", err)
 			}
 			providers = append(providers, p)
 		case "kubernetes":
 			p, err := newKubernetes(cfg, replica, log)
 			if err != nil {
-				return nil, fmt.Errorf("kubernetes sandbox provider: %w", err)
+				return providers, fmt.Errorf("kubernetes sandbox provider: %w", err)
 			}
 			providers = append(providers, p)
 		}
 	}
+	return providers, nil
+}
+
+// serviceOver is the service over providers.
+func serviceOver(cfg config.Config, environ []string, log *slog.Logger, st store.Store, replica string, tc runner.ToolsConfig, gw *gateway.Gateway, eg *egress.Policy, obs metrics.Observer, providers []sandbox.Provider) (*runner.Service, error) {
 	pools := map[string]runner.PoolConfig{
 		"daytona":    {Enabled: cfg.Daytona.IdleTTL > 0, Max: cfg.Daytona.MaxWarm, IdleTTL: cfg.Daytona.IdleTTL, ApprovalTTL: cfg.Sessions.ApprovalTTL},
 		"kubernetes": {Enabled: cfg.Kubernetes.IdleTTL > 0, Max: cfg.Kubernetes.MaxWarm, IdleTTL: cfg.Kubernetes.IdleTTL, ApprovalTTL: cfg.Sessions.ApprovalTTL},

@@ -135,6 +135,8 @@ func newProvider(t testing.TB, edit ...func(*kubernetes.Config)) *kubernetes.Pro
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Registered before any sandbox's Destroy, so it runs after them.
+	t.Cleanup(func() { p.Close() })
 	return p
 }
 
@@ -260,20 +262,9 @@ func deletePod(t *testing.T, name string) {
 	if err := pods.Delete(t.Context(), name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
-	w, err := pods.Watch(t.Context(), metav1.ListOptions{FieldSelector: "metadata.name=" + name})
-	if err != nil {
-		t.Fatal(err)
+	if err := waitDeleted(t.Context(), pods, name); err != nil {
+		t.Fatalf("pod %s: %v", name, err)
 	}
-	defer w.Stop()
-	if _, err := pods.Get(t.Context(), name, metav1.GetOptions{}); err != nil {
-		return // already gone
-	}
-	for ev := range w.ResultChan() {
-		if ev.Type == "DELETED" {
-			return
-		}
-	}
-	t.Fatalf("the watch of pod %s ended before it was deleted", name)
 }
 
 // An image that does not exist fails Create at once (not after the
@@ -362,6 +353,9 @@ func TestClusterAPIServerRestart(t *testing.T) {
 		t.Fatalf("before the restart: %q, %v", out, err)
 	}
 	cmd := exec.CommandContext(t.Context(), kubeSh, "restart-apiserver")
+	// The cluster RUNNER_TEST_KUBE names (its kubeconfig sits in its state
+	// dir), not the default one: another may run beside it.
+	cmd.Env = append(os.Environ(), "RUNNER_KUBE_STATE="+filepath.Dir(os.Getenv("RUNNER_TEST_KUBE")))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("kube.sh restart-apiserver: %v\n%s", err, out)
 	}

@@ -34,9 +34,10 @@ type forwarder struct {
 
 	nextID atomic.Int64
 
-	// mu guards conn.
-	mu   sync.Mutex
-	conn httpstream.Connection
+	// mu guards conn and failed.
+	mu     sync.Mutex
+	conn   httpstream.Connection
+	failed error // set by fail: no connection is dialled any more
 }
 
 // connection returns the live multiplexed connection, dialling a new one
@@ -45,6 +46,9 @@ type forwarder struct {
 func (f *forwarder) connection() (httpstream.Connection, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.failed != nil {
+		return nil, f.failed
+	}
 	if f.conn != nil {
 		select {
 		case <-f.conn.CloseChan():
@@ -113,6 +117,15 @@ func (f *forwarder) drop(conn httpstream.Connection) {
 		f.conn = nil
 		conn.Close()
 	}
+}
+
+// fail ends the connection, as Close, and makes every later dial fail
+// with err: the pod is gone.
+func (f *forwarder) fail(err error) {
+	f.mu.Lock()
+	f.failed = err
+	f.mu.Unlock()
+	f.Close()
 }
 
 // Close ends the multiplexed connection and with it every stream.

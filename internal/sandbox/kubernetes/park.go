@@ -43,6 +43,7 @@ func (s *Parkable) Pause(ctx context.Context) error {
 	if s.gone {
 		return nil
 	}
+	s.p.pods.remove(s.uid, s.Sandbox) // its own deletion is no loss to report
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
 	if err := s.p.deletePod(ctx, s.id); err != nil {

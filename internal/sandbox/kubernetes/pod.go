@@ -10,9 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/agentrunner/runner/internal/errdefs"
@@ -148,18 +146,8 @@ func (p *Provider) waitRunning(ctx context.Context, pod *corev1.Pod) error {
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.PendingTimeout)
 	defer cancel()
-	pods := p.client.CoreV1().Pods(p.cfg.Namespace)
 	sel := fields.OneTermEqualSelector("metadata.name", pod.Name).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = sel
-			return pods.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = sel
-			return pods.Watch(ctx, o)
-		},
-	}
+	lw := p.podsListWatch(func(o *metav1.ListOptions) { o.FieldSelector = sel })
 	last := pod
 	var failed error
 	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{}, nil, func(ev watch.Event) (bool, error) {

@@ -82,6 +82,7 @@ type Provider struct {
 	cfg    Config
 	client kubernetes.Interface
 	log    *slog.Logger
+	pods   podWatch
 }
 
 var (
@@ -154,7 +155,17 @@ func New(cfg Config, logger *slog.Logger) (*Provider, error) {
 	if err != nil {
 		return nil, errdefs.Invalidf("kubernetes: %v", err)
 	}
-	return &Provider{cfg: cfg, client: client, log: logger}, nil
+	pr := &Provider{cfg: cfg, client: client, log: logger}
+	pr.pods.p = pr
+	return pr, nil
+}
+
+// Close stops the provider's watch on its pods (started with its first
+// sandbox) and waits for it. The sandboxes themselves are not touched:
+// park or destroy them first.
+func (p *Provider) Close() error {
+	p.pods.close()
+	return nil
 }
 
 // Name is "kubernetes".
@@ -365,11 +376,13 @@ func (p *Provider) attach(ctx context.Context, pod *corev1.Pod, log *slog.Logger
 		},
 		p:    p,
 		id:   name,
+		uid:  pod.UID,
 		fw:   fw,
 		http: hc,
 		log:  log,
 	}
 	s.Destroyed = s.destroyed
+	p.pods.add(pod.UID, s)
 	return s, nil
 }
 

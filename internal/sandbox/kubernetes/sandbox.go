@@ -6,7 +6,10 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/sandboxd/client"
@@ -18,15 +21,30 @@ type Sandbox struct {
 	client.Remote
 	p    *Provider
 	id   string
+	uid  types.UID // of the pod: a resumed sandbox's pod has the same name
 	fw   *forwarder
 	http *http.Client
 	log  *slog.Logger
 	// parked says the provider parks: asSandbox wraps it in Parkable.
 	parked bool
 
+	// lost is why the provider's pod watch saw the pod go (nil: it did
+	// not); its own lock, as Destroy holds mu through API calls.
+	lost atomic.Pointer[error]
+
 	// mu guards gone.
 	mu   sync.Mutex
 	gone bool // destroyed
+}
+
+// markLost records that the pod is gone (the pod watch saw it deleted or
+// ended) and ends the port-forward: every stream through it fails now,
+// and no new one is dialled, so neither a process nor a warm session's
+// next turn runs in a container the kubelet is about to kill.
+func (s *Sandbox) markLost(err error) {
+	s.lost.CompareAndSwap(nil, &err)
+	s.fw.fail(err)
+	s.http.CloseIdleConnections()
 }
 
 var (
@@ -44,6 +62,9 @@ var (
 func (s *Sandbox) Probe(ctx context.Context) error {
 	if s.destroyed() {
 		return goneErr(s.id, "was destroyed")
+	}
+	if err := s.lost.Load(); err != nil {
+		return *err
 	}
 	if err := s.p.gone(s.id)(ctx); err != nil {
 		return err
@@ -71,6 +92,7 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	if s.gone {
 		return nil
 	}
+	s.p.pods.remove(s.uid, s) // its own deletion is no loss to report
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
 	if err := s.p.remove(ctx, s.id); err != nil {

@@ -1,7 +1,12 @@
 package kubernetes_test
 
 import (
+	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,9 +15,13 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/agentrunner/runner/internal/runnertest"
+	"github.com/agentrunner/runner/internal/wire"
 )
 
 // serveToken is the runner's token in the end-to-end tests.
@@ -54,31 +63,29 @@ func (e *buildError) Error() string {
 	return "go build the runner: " + e.err.Error() + "\n" + string(e.out)
 }
 
-// serve is one `runner serve` process whose only provider is the test
-// cluster, driving the scripted agent the sandbox image carries.
+// serve is one `runner serve` process, driving the scripted agent.
 type serve struct {
 	client *runnertest.Client
 	log    *runnertest.SyncBuffer
 	cmd    *exec.Cmd
 	done   chan struct{}
+	// replica is the serve's replica id, which labels its pods, claims
+	// and policies: the test's cleanup deletes what carries it.
+	replica string
 }
 
+// startServe starts a `runner serve` whose only provider is the test
+// cluster. Its replica id is new each time, so nothing an earlier run
+// left on the cluster is taken for this one's, and what it leaves (a
+// parked claim, a pod of a failed test) is deleted at cleanup.
 func startServe(t testing.TB, env ...string) *serve {
 	t.Helper()
 	kubeconfig := os.Getenv("RUNNER_TEST_KUBE")
 	cluster(t)
-	bin := runner(t)
-	dir := t.TempDir()
-	s := &serve{log: &runnertest.SyncBuffer{}, done: make(chan struct{})}
-	f, base := runnertest.Socket(t)
-	s.client = &runnertest.Client{Base: base, Token: serveToken, Log: s.log}
-	s.cmd = exec.Command(bin, "serve")
-	s.cmd.Env = append([]string{
-		"PATH=/usr/local/bin:/usr/bin:/bin",
-		"HOME=" + dir,
-		"AGENTA_RUNNER_DATA_DIR=" + filepath.Join(dir, "data"),
-		"AGENTA_RUNNER_TOKEN=" + serveToken,
-		"AGENTA_RUNNER_LOG_LEVEL=info",
+	replica := "e2e-" + randomID()
+	// Registered first, so it runs after the serve has stopped.
+	t.Cleanup(func() { cleanReplica(t, replica) })
+	return startServeProcess(t, replica, append([]string{
 		"AGENTA_RUNNER_ENABLED_SANDBOX_PROVIDERS=kubernetes",
 		"AGENTA_RUNNER_DEFAULT_SANDBOX_PROVIDER=kubernetes",
 		"AGENTA_RUNNER_KUBERNETES_KUBECONFIG=" + kubeconfig,
@@ -89,8 +96,32 @@ func startServe(t testing.TB, env ...string) *serve {
 		// only a few pods on the test cluster's 2-core node.
 		"AGENTA_RUNNER_KUBERNETES_RESOURCES={}",
 		"AGENTA_RUNNER_KUBERNETES_SESSION_MAX_WARM=4",
+		// A loaded machine starts pods slowly; a stuck one still fails
+		// well inside the test's timeout.
+		"AGENTA_RUNNER_KUBERNETES_PENDING_TIMEOUT_MS=180000",
 		// The image's scripted agent; the test binary is not in the pod.
 		"AGENTA_RUNNER_HARNESS_FAKE=/usr/local/bin/fakeagent",
+	}, env...)...)
+}
+
+// startServeProcess starts `runner serve` with env on a socket of its
+// own and stops it (SIGINT, which parks or destroys the warm sandboxes)
+// at cleanup.
+func startServeProcess(t testing.TB, replica string, env ...string) *serve {
+	t.Helper()
+	bin := runner(t)
+	dir := t.TempDir()
+	s := &serve{log: &runnertest.SyncBuffer{}, done: make(chan struct{}), replica: replica}
+	f, base := runnertest.Socket(t)
+	s.client = &runnertest.Client{Base: base, Token: serveToken, Log: s.log}
+	s.cmd = exec.Command(bin, "serve")
+	s.cmd.Env = append([]string{
+		"PATH=/usr/local/bin:/usr/bin:/bin",
+		"HOME=" + dir,
+		"AGENTA_RUNNER_DATA_DIR=" + filepath.Join(dir, "data"),
+		"AGENTA_RUNNER_TOKEN=" + serveToken,
+		"AGENTA_RUNNER_LOG_LEVEL=info",
+		"AGENTA_RUNNER_REPLICA_ID=" + replica,
 		"LISTEN_FDS=1",
 	}, env...)
 	s.cmd.ExtraFiles = []*os.File{f}
@@ -105,10 +136,10 @@ func startServe(t testing.TB, env ...string) *serve {
 		_ = s.cmd.Process.Signal(os.Interrupt)
 		select {
 		case <-s.done:
-		case <-time.After(90 * time.Second):
+		case <-time.After(3 * time.Minute):
 			_ = s.cmd.Process.Kill()
 			<-s.done
-			t.Errorf("runner serve did not stop within 90s of SIGINT")
+			t.Errorf("runner serve did not stop within 3 minutes of SIGINT")
 		}
 		if t.Failed() {
 			t.Logf("runner serve log:\n%s", s.log)
@@ -118,56 +149,142 @@ func startServe(t testing.TB, env ...string) *serve {
 	return s
 }
 
-func fakeTurn(session, prompt string) map[string]any {
-	return map[string]any{
-		"harness": "fake", "sessionId": session, "projectId": "kube-e2e",
-		"messages": []any{map[string]any{"role": "user", "content": prompt}},
+func randomID() string {
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// session is a session id no earlier run used.
+func session(tag string) string { return "e2e-" + tag + "-" + randomID() }
+
+// cleanReplica deletes the pods, claims and policies labelled with
+// replica and waits until its pods are gone.
+func cleanReplica(t testing.TB, replica string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 3*time.Minute)
+	defer cancel()
+	ns := envOr("RUNNER_TEST_KUBE_NAMESPACE", defaultNamespace)
+	c := admin(t)
+	sel := metav1.ListOptions{LabelSelector: labels.Set{"runner.agenta.ai/replica": replica}.String()}
+	zero := int64(0)
+	pods, err := c.CoreV1().Pods(ns).List(ctx, sel)
+	if err != nil {
+		t.Errorf("cleanup: list pods: %v", err)
+		return
+	}
+	for _, p := range pods.Items {
+		_ = c.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	}
+	if claims, err := c.CoreV1().PersistentVolumeClaims(ns).List(ctx, sel); err == nil {
+		for _, pvc := range claims.Items {
+			_ = c.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, pvc.Name, metav1.DeleteOptions{})
+		}
+	}
+	if pols, err := c.NetworkingV1().NetworkPolicies(ns).List(ctx, sel); err == nil {
+		for _, p := range pols.Items {
+			_ = c.NetworkingV1().NetworkPolicies(ns).Delete(ctx, p.Name, metav1.DeleteOptions{})
+		}
+	}
+	for _, p := range pods.Items {
+		waitPodDeleted(t, ctx, p.Name)
 	}
 }
 
-// sessionPod is the pod of session's sandbox, found by its annotation.
-func sessionPod(t *testing.T, session string) string {
+// fakeTurn is a turn of the scripted agent: msgs alternate user and
+// assistant, the last is the new prompt.
+func fakeTurn(session string, msgs ...string) map[string]any {
+	var m []any
+	for i, c := range msgs {
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		m = append(m, map[string]any{"role": role, "content": c})
+	}
+	return map[string]any{"harness": "fake", "sessionId": session, "projectId": "kube-e2e", "messages": m}
+}
+
+// streamed is a turn read from /stream.
+type streamed struct {
+	runnertest.Turn
+	// Mode is the runner's agent-session mode: new, warm, load (a
+	// parked session's transcript loaded natively), replay.
+	Mode string
+}
+
+// stream sends req to /stream and reads it to its result, for five
+// minutes at most (a cold pod on a machine at load 30); each event is
+// passed to onEvent (nil: none) as it arrives.
+func (s *serve) stream(t testing.TB, req any, onEvent func(wire.Event)) streamed {
 	t.Helper()
-	pods, err := admin(t).CoreV1().Pods(envOr("RUNNER_TEST_KUBE_NAMESPACE", defaultNamespace)).List(t.Context(), metav1.ListOptions{
-		LabelSelector: "app.kubernetes.io/managed-by=agenta-runner",
-	})
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	resp := s.client.Do(t, ctx, "POST", "/stream", req, "application/x-ndjson")
+	defer resp.Body.Close()
+	var tr streamed
+	tr.Status = resp.StatusCode
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	sawResult := false
+	for sc.Scan() {
+		tr.Raw = append(append(tr.Raw, sc.Bytes()...), '\n')
+		var rec wire.Record
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			tr.Result.Error = string(sc.Bytes()) // a non-200 answer's body
+			continue
+		}
+		switch {
+		case rec.Event != nil:
+			tr.Events = append(tr.Events, *rec.Event)
+			if rec.Event.Type == wire.EventData && rec.Event.Name == "agent-session" {
+				var d map[string]string
+				_ = json.Unmarshal(rec.Event.Data, &d)
+				tr.Mode = d["mode"]
+			}
+			if onEvent != nil {
+				onEvent(*rec.Event)
+			}
+		case rec.Result != nil:
+			tr.Result, sawResult = *rec.Result, true
+		}
+	}
+	if !sawResult && tr.Status == 200 {
+		t.Fatalf("the stream ended without a result (%v):\n%.2000s\nrunner log:\n%s", sc.Err(), tr.Raw, s.log)
+	}
+	return tr
+}
+
+// managed lists what a runner made.
+var managed = metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=agenta-runner"}
+
+// sessionPod is the pod of session's sandbox, found by its annotation.
+func sessionPod(t testing.TB, session string) string {
+	t.Helper()
+	l, err := admin(t).CoreV1().Pods(envOr("RUNNER_TEST_KUBE_NAMESPACE", defaultNamespace)).List(t.Context(), managed)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return sessionOwned(t, "pods", session, l.Items)
+}
+
+// sessionOwned is the one of items (not being deleted) whose session
+// annotation is session.
+func sessionOwned[T any, PT interface {
+	*T
+	metav1.Object
+}](t testing.TB, what, session string, items []T) string {
+	t.Helper()
 	var names []string
-	for _, p := range pods.Items {
-		if p.Annotations["runner.agenta.ai/session-id"] == session && p.DeletionTimestamp == nil {
-			names = append(names, p.Name)
+	for i := range items {
+		o := PT(&items[i])
+		if o.GetAnnotations()["runner.agenta.ai/session-id"] == session && o.GetDeletionTimestamp() == nil {
+			names = append(names, o.GetName())
 		}
 	}
 	if len(names) != 1 {
-		t.Fatalf("session %s has pods %v, want one", session, names)
+		t.Fatalf("session %s has %s %v, want one", session, what, names)
 	}
 	return names[0]
-}
-
-func wantOK(t *testing.T, what string, tr runnertest.Turn, contains ...string) {
-	t.Helper()
-	if !tr.Result.OK {
-		t.Fatalf("%s: status %d, error %q\n%s", what, tr.Status, tr.Result.Error, tr.Raw)
-	}
-	for _, c := range contains {
-		if !strings.Contains(tr.Text(), c) {
-			t.Errorf("%s: the text lacks %q:\n%s", what, c, tr.Text())
-		}
-	}
-}
-
-// pidOf is the agent's pid the "pid" directive reported.
-func pidOf(t *testing.T, tr runnertest.Turn) string {
-	t.Helper()
-	// "say" adds no newline: the pid line may follow other text.
-	if _, after, ok := strings.Cut(tr.Text(), "pid "); ok {
-		p, _, _ := strings.Cut(after, "\n")
-		return p
-	}
-	t.Fatalf("no pid in %q", tr.Text())
-	return ""
 }
 
 // The boot check: a runner whose Role lacks portforward does not start,
@@ -196,24 +313,35 @@ func TestClusterServeRBACMissingVerb(t *testing.T) {
 	}
 }
 
-// waitDeleted waits, on a watch, until pod no longer exists.
-func waitDeleted(t *testing.T, name string) {
+// waitPodDeleted waits, on a watch, until pod name no longer exists.
+func waitPodDeleted(t testing.TB, ctx context.Context, name string) {
 	t.Helper()
-	pods := admin(t).CoreV1().Pods(envOr("RUNNER_TEST_KUBE_NAMESPACE", defaultNamespace))
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	if err := waitDeleted(ctx, admin(t).CoreV1().Pods(envOr("RUNNER_TEST_KUBE_NAMESPACE", defaultNamespace)), name); err != nil {
+		t.Errorf("pod %s: %v", name, err)
+	}
+}
+
+// getWatcher is a typed client of one kind of object.
+type getWatcher[T any] interface {
+	Get(ctx context.Context, name string, o metav1.GetOptions) (T, error)
+	Watch(ctx context.Context, o metav1.ListOptions) (watch.Interface, error)
+}
+
+// waitDeleted waits, on a watch, until c's object name no longer exists.
+func waitDeleted[T any](ctx context.Context, c getWatcher[T], name string) error {
+	w, err := c.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer w.Stop()
-	if _, err := pods.Get(ctx, name, metav1.GetOptions{}); err != nil {
-		return
+	// The watch started first: a deletion after this Get is on it.
+	if _, err := c.Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		return nil
 	}
 	for ev := range w.ResultChan() {
-		if ev.Type == "DELETED" {
-			return
+		if ev.Type == watch.Deleted {
+			return nil
 		}
 	}
-	t.Fatalf("pod %s was not deleted within 3 minutes", name)
+	return fmt.Errorf("not deleted before the watch ended (%v)", ctx.Err())
 }
