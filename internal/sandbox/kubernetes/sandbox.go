@@ -32,9 +32,10 @@ type Sandbox struct {
 	// not); its own lock, as Destroy holds mu through API calls.
 	lost atomic.Pointer[error]
 
-	// mu guards gone.
-	mu   sync.Mutex
-	gone bool // destroyed
+	// mu guards gone and removed.
+	mu      sync.Mutex
+	gone    bool // destroyed or parked: its pod is no longer this value's
+	removed bool // destroyed: the policy (and claim) deleted too
 }
 
 // markLost records that the pod is gone (the pod watch saw it deleted or
@@ -84,12 +85,13 @@ func (s *Sandbox) destroyed() bool {
 	return s.gone
 }
 
-// Destroy deletes the pod and its policy. It is idempotent; a pod
-// already gone counts as destroyed.
+// Destroy deletes the pod, its policy and its claim. It is idempotent; a
+// pod already gone counts as destroyed, and a parked sandbox's Destroy
+// deletes the claim and policy its Pause kept.
 func (s *Sandbox) Destroy(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.gone {
+	if s.removed {
 		return nil
 	}
 	s.p.pods.remove(s.uid, s) // its own deletion is no loss to report
@@ -98,7 +100,7 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	if err := s.p.remove(ctx, s.id); err != nil {
 		return fmt.Errorf("kubernetes sandbox %s: %w", s.id, err)
 	}
-	s.gone = true
+	s.gone, s.removed = true, true
 	s.http.CloseIdleConnections()
 	s.fw.Close()
 	s.log.Info("sandbox destroyed")
