@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -95,7 +94,7 @@ func TestRealHarnessPrewarmed(t *testing.T) {
 				_ = json.NewEncoder(w).Encode(map[string]any{"result": "looked-up-for-the-tenant"})
 			}))
 			defer cb.Close()
-			rs := startRealServe(t, ctx, dir, strayDataDir(t), modelAllow(srv), "AGENTA_RUNNER_PREWARM="+name+":1")
+			rs := startRealServe(t, ctx, dir, t.TempDir(), modelAllow(srv), "AGENTA_RUNNER_PREWARM="+name+":1")
 			waitSlot(t, ctx, rs)
 			if n := len(srv.Calls()); n != 0 {
 				t.Fatalf("the unclaimed slot called the model %d times", n)
@@ -124,37 +123,6 @@ func TestRealHarnessPrewarmed(t *testing.T) {
 					t.Errorf("a model call named %q, want the request's %q", call.Model, c.model)
 				}
 			}
-			// The claim's refill: waited for, so that the runner's stop
-			// does not tear a harness down in the middle of its boot
-			// (unconfined, its children could outlive it).
-			waitSlot(t, ctx, rs)
 		})
 	}
-}
-
-// strayDataDir is a data dir removed after the test without failing it
-// when something still writes there: unconfined (isolation none), a
-// harness torn down while a slot boots can leave children that outlive
-// the runner for a moment (a known defect: docs/turns.md, pre-warmed
-// slots). What is left is logged; a dir still busy after 10 s is left.
-func strayDataDir(t *testing.T) string {
-	dir, err := os.MkdirTemp("", "runner-prewarm-real-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			err := os.RemoveAll(dir)
-			if err == nil {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Logf("data dir %s left behind: %v", dir, err)
-				return
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	})
-	return dir
 }

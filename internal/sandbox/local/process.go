@@ -154,6 +154,9 @@ func (s *Sandbox) start(ctx context.Context, c sandbox.Cmd) (sandbox.Process, er
 	}
 
 	go func() {
+		if !p.bwrap {
+			endGroup(cmd.Process.Pid) // group.go: without a PID namespace the group ends with its leader
+		}
 		p.waitErr = cmd.Wait()
 		p.net.Close() // slirp4netns ends with the sandbox
 		if p.cg != nil {
