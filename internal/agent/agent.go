@@ -101,6 +101,16 @@ type Options struct {
 	// Permission decides session/request_permission. Nil rejects every request.
 	Permission PermissionFunc
 	Logger     *slog.Logger
+	// Gateway, if set and offered by the harness (an ACP auth method
+	// "gateway"), is sent with authenticate before the session opens.
+	Gateway *GatewayAuth
+}
+
+// GatewayAuth is ACP gateway authentication (claude-agent-acp's
+// extension): the base URL and headers the harness calls its model with.
+type GatewayAuth struct {
+	BaseURL string
+	Headers map[string]string
 }
 
 // MCPServer is an MCP server handed to the harness in session/new.

@@ -62,7 +62,8 @@ type route struct {
 	scrub   *scrubber
 	models  *scrubber // Spec.Models in request bodies; nil without
 	paths   *strings.Replacer
-	log     *slog.Logger // audit records and refusals
+	drop    map[string]string // Spec.Drop, canonical names
+	log     *slog.Logger      // audit records and refusals
 	proxy   *httputil.ReverseProxy
 }
 
@@ -142,6 +143,11 @@ type Spec struct {
 	// path (Gemini's /models/<model>:…) carry to the tenant's endpoint
 	// as the tenant's model.
 	Models map[string]string
+	// Drop removes these headers (canonical name to exact value) from
+	// requests: what a harness sends beside its key that means nothing
+	// upstream (claude-agent-acp's gateway mode adds a fixed bearer
+	// token to the x-api-key it is given).
+	Drop map[string]string
 	// Log receives the route's audit records (one per substitution) and
 	// refusals; give it the session's attributes. Nil logs to the
 	// gateway's logger.
@@ -285,6 +291,12 @@ func (g *Gateway) route(spec Spec, placeholder func(key string) string) (*route,
 		rt.longest = max(rt.longest, len(s.placeholder))
 	}
 	rt.scrub = newScrubber(rt.secrets)
+	for h, v := range spec.Drop {
+		if rt.drop == nil {
+			rt.drop = map[string]string{}
+		}
+		rt.drop[textproto.CanonicalMIMEHeaderKey(h)] = v
+	}
 	if len(spec.Models) > 0 {
 		rt.models, rt.paths = modelRenamer(spec.Models)
 	}
@@ -378,6 +390,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ex := &exchange{}
 	r2 := r.Clone(context.WithValue(r.Context(), exchangeKey{}, ex))
+	for h, v := range rt.drop {
+		if vs := r2.Header.Values(h); len(vs) == 1 && vs[0] == v {
+			r2.Header.Del(h)
+		}
+	}
 	r2.URL.Path = "/" + path
 	r2.URL.RawPath = ""
 	subs, m := rt.substitute(r2)

@@ -229,6 +229,34 @@ func TestAnthropicTakesEitherAuthHeader(t *testing.T) {
 	}
 }
 
+// TestDropRemovesOnlyTheExactHeader: a route's Drop removes a header of
+// exactly that value (claude-agent-acp's gateway bearer beside the key)
+// and passes any other value of it.
+func TestDropRemovesOnlyTheExactHeader(t *testing.T) {
+	rec := &recorder{}
+	up := httptest.NewServer(rec)
+	defer up.Close()
+	g := newGateway(t, nil, up.Listener.Addr().String())
+	anth := gateway.Credential{Name: "ANTHROPIC_API_KEY", Key: "sk-ant", Allow: []gateway.Placement{gateway.AnthropicKey}}
+	rt := register(t, g, gateway.Spec{BaseURL: up.URL, Credentials: []gateway.Credential{anth}, Drop: map[string]string{"authorization": "Bearer acp-proxy"}})
+	ph := rt.Placeholders["sk-ant"]
+	for _, auth := range []string{"Bearer acp-proxy", "Bearer other"} {
+		if resp, text := do(t, "POST", rt.BaseURL+"/v1/messages", strings.NewReader("{}"), "x-api-key", ph, "Authorization", auth); resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, text)
+		}
+	}
+	seen, _ := rec.requests()
+	if len(seen) != 2 || seen[0].Header.Get("X-Api-Key") != "sk-ant" {
+		t.Fatalf("upstream saw %v", seen)
+	}
+	if got := seen[0].Header.Values("Authorization"); len(got) != 0 {
+		t.Errorf("the dropped header reached the upstream: %q", got)
+	}
+	if got := seen[1].Header.Get("Authorization"); got != "Bearer other" {
+		t.Errorf("another value of the header: upstream saw %q, want it passed", got)
+	}
+}
+
 // TestResponsesAreScrubbed: an upstream that echoes the key (in a
 // header, split across two flushes of its body, URL-encoded, in a
 // trailer) hands the client its placeholder instead.

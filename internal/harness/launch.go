@@ -44,6 +44,35 @@ type Launch struct {
 	// model call with end_turn and no text; only its session file says
 	// why).
 	Diagnose func(ctx context.Context, in DiagnoseInput) error
+	// Gateway, if set, is what the harness is told with ACP gateway
+	// authentication (claude-agent-acp's "gateway" method) when its key
+	// goes through the runner's key gateway: the base URL and key it
+	// already has in Env, as the adapter's provider. Claude Code then
+	// skips the `claude auth status` run it starts at initialize and at
+	// every prompt (a second CLI boot, about 0.35 s of CPU, competing
+	// with the turn's own CLI for the sandbox's cores).
+	Gateway *GatewayAuth
+}
+
+// GatewayAuth is ACP gateway authentication: the base URL and headers
+// the adapter calls the model with.
+type GatewayAuth struct {
+	BaseURL string
+	Headers map[string]string
+}
+
+// claudeGatewayToken is the bearer token claude-agent-acp's gateway mode
+// sends beside the headers it was given (its PROVIDER_AUTH_TOKEN_PLACEHOLDER).
+const claudeGatewayToken = "acp-proxy"
+
+// GatewayDrop is what the key gateway removes from a harness's requests
+// when it authenticates over ACP (Launch.Gateway): claude-agent-acp's
+// fixed bearer token, which the endpoint must not take for a credential.
+func GatewayDrop(name string) map[string]string {
+	if h, ok := Lookup(name); ok && h.Dir == "claude" {
+		return map[string]string{"Authorization": "Bearer " + claudeGatewayToken}
+	}
+	return nil
 }
 
 // LaunchFile is one configuration file of a Launch.
@@ -150,6 +179,9 @@ func quirks(s Setup, out *Launch) error {
 	switch s.Harness {
 	case "claude":
 		out.Mode = ClaudeMode(s.Request.Permissions)
+		if key, base := out.Env["ANTHROPIC_API_KEY"], out.Env["ANTHROPIC_BASE_URL"]; key != "" && base != "" {
+			out.Gateway = &GatewayAuth{BaseURL: base, Headers: map[string]string{"x-api-key": key}}
+		}
 	case "codex":
 		mode := s.Request.HarnessMode
 		if mode == "" {

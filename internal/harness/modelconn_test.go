@@ -133,3 +133,27 @@ func TestClaudeMode(t *testing.T) {
 		}
 	}
 }
+
+// TestClaudeGatewayAuth: Claude is given its base URL and key again for
+// ACP gateway authentication, and the key gateway drops the bearer the
+// adapter adds in that mode; other harnesses get neither.
+func TestClaudeGatewayAuth(t *testing.T) {
+	s := Setup{Harness: "claude", Request: &wire.Request{}}
+	out := Launch{Env: map[string]string{"ANTHROPIC_API_KEY": "runner-key-1", "ANTHROPIC_BASE_URL": "http://127.0.0.1:1/g/t"}}
+	if err := quirks(s, &out); err != nil {
+		t.Fatal(err)
+	}
+	if g := out.Gateway; g == nil || g.BaseURL != "http://127.0.0.1:1/g/t" || g.Headers["x-api-key"] != "runner-key-1" || len(g.Headers) != 1 {
+		t.Errorf("Gateway = %+v, want the base URL and the key as x-api-key", out.Gateway)
+	}
+	if d := GatewayDrop("claude"); d["Authorization"] != "Bearer acp-proxy" {
+		t.Errorf("GatewayDrop(claude) = %v", d)
+	}
+	noKey := Launch{Env: map[string]string{"ANTHROPIC_BASE_URL": "http://127.0.0.1:1"}}
+	if err := quirks(s, &noKey); err != nil || noKey.Gateway != nil {
+		t.Errorf("without a key: Gateway = %+v (%v), want none", noKey.Gateway, err)
+	}
+	if GatewayDrop("pi_core") != nil {
+		t.Errorf("GatewayDrop(pi_core) is not empty")
+	}
+}

@@ -37,7 +37,7 @@ func (c *coldStart) hideKeys() (map[string]string, *wire.Request, *gateway.Route
 	if c.register != nil {
 		register = c.register // a pre-warmed slot's reservation (prewarm.go)
 	}
-	rt, err := register(gateway.Spec{BaseURL: mc.Endpoint.BaseURL, Credentials: creds,
+	rt, err := register(gateway.Spec{BaseURL: mc.Endpoint.BaseURL, Credentials: creds, Drop: builtin.GatewayDrop(p.harness.spec.Name),
 		Log: t.svc.log.With(logkey.Session, p.req.SessionID, logkey.Project, projectOf(p.req), logkey.Provider, p.provider)})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("modelConnection.endpoint.baseUrl: %w", err)

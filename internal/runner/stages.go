@@ -206,6 +206,16 @@ func (c *coldStart) configureHarness(ctx context.Context) (undo, error) {
 	return nil, err
 }
 
+// gatewayAuth is the ACP gateway authentication of a harness whose key
+// goes through the key gateway, which drops what the harness's gateway
+// mode adds (builtin.GatewayDrop); nil when the key is the harness's own.
+func gatewayAuth(hc HarnessConfig, lv *live) *agent.GatewayAuth {
+	if hc.Gateway == nil || lv.route == nil {
+		return nil
+	}
+	return &agent.GatewayAuth{BaseURL: hc.Gateway.BaseURL, Headers: maps.Clone(hc.Gateway.Headers)}
+}
+
 // binding binds the turn's tools on the tool relay.
 func (c *coldStart) binding(context.Context) (undo, error) {
 	t := c.t
@@ -292,7 +302,8 @@ func (c *coldStart) session(ctx context.Context) (undo, error) {
 			}
 			return agent.Decision{Allow: false, Reason: "between turns"}
 		},
-		Logger: t.log.With(logkey.Sandbox, info.ID),
+		Logger:  t.log.With(logkey.Sandbox, info.ID),
+		Gateway: gatewayAuth(hc, lv),
 	})
 	if err != nil {
 		return nil, err

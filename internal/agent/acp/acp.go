@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -162,18 +163,23 @@ func (s *Session) Info() agent.Info { return s.info }
 
 func (s *Session) open(ctx context.Context, version string, opts agent.Options) error {
 	var init initializeResult
+	caps := clientCapabilities{FS: fsCapabilities{ReadTextFile: false, WriteTextFile: false}}
+	if opts.Gateway != nil {
+		caps.Auth = &authCapabilities{Meta: map[string]any{"gateway": true}}
+	}
 	err := s.conn.Call(ctx, "initialize", initializeParams{
-		ProtocolVersion: ProtocolVersion,
-		ClientCapabilities: clientCapabilities{
-			FS: fsCapabilities{ReadTextFile: false, WriteTextFile: false},
-		},
-		ClientInfo: implementation{Name: "runner", Version: version},
+		ProtocolVersion:    ProtocolVersion,
+		ClientCapabilities: caps,
+		ClientInfo:         implementation{Name: "runner", Version: version},
 	}, &init)
 	if err != nil {
 		return fmt.Errorf("initialize: %w", err)
 	}
 	if init.ProtocolVersion != ProtocolVersion {
 		return errdefs.Unprocessablef("harness %q speaks ACP protocol version %d; runner speaks %d", s.spec.Name, init.ProtocolVersion, ProtocolVersion)
+	}
+	if err := s.authenticate(ctx, init, opts.Gateway); err != nil {
+		return err
 	}
 	s.info = agent.Info{
 		Harness:      s.spec.Name,
@@ -212,6 +218,31 @@ func (s *Session) open(ctx context.Context, version string, opts agent.Options) 
 	}
 	s.id = res.SessionID
 	return s.configure(ctx, res, opts)
+}
+
+// authenticate sends gw with the harness's "gateway" auth method, when
+// it offers one; otherwise, or if the harness refuses it, the harness
+// authenticates from its environment (which carries the same key), as
+// without gw. An error is only the connection's.
+func (s *Session) authenticate(ctx context.Context, init initializeResult, gw *agent.GatewayAuth) error {
+	if gw == nil || !slices.ContainsFunc(init.AuthMethods, func(m authMethod) bool { return m.ID == "gateway" }) {
+		return nil
+	}
+	headers := gw.Headers
+	if headers == nil {
+		headers = map[string]string{}
+	}
+	p := authenticateParams{MethodID: "gateway", Meta: map[string]any{"gateway": map[string]any{"baseUrl": gw.BaseURL, "headers": headers}}}
+	err := s.conn.Call(ctx, "authenticate", p, nil)
+	var rpc *jsonrpc.Error
+	if errors.As(err, &rpc) {
+		s.log.Warn("the harness refused gateway authentication; it authenticates from its environment", logkey.Error, err)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("authenticate (gateway): %w", err)
+	}
+	return nil
 }
 
 func (s *Session) configure(ctx context.Context, res sessionResult, opts agent.Options) error {

@@ -22,8 +22,21 @@ type fsCapabilities struct {
 }
 
 type clientCapabilities struct {
-	FS       fsCapabilities `json:"fs"`
-	Terminal bool           `json:"terminal"`
+	FS       fsCapabilities    `json:"fs"`
+	Terminal bool              `json:"terminal"`
+	Auth     *authCapabilities `json:"auth,omitempty"`
+}
+
+// authCapabilities asks for claude-agent-acp's gateway auth method
+// (`auth._meta.gateway`), offered only to a client that says it can use it.
+type authCapabilities struct {
+	Meta map[string]any `json:"_meta,omitempty"`
+}
+
+// authenticateParams is authenticate with the "gateway" method.
+type authenticateParams struct {
+	MethodID string         `json:"methodId"`
+	Meta     map[string]any `json:"_meta,omitempty"`
 }
 
 type initializeParams struct {
@@ -49,10 +62,12 @@ type initializeResult struct {
 	ProtocolVersion   int               `json:"protocolVersion"`
 	AgentCapabilities agentCapabilities `json:"agentCapabilities"`
 	AgentInfo         implementation    `json:"agentInfo"`
-	AuthMethods       []struct {
-		ID   string `json:"id"`
-		Name string `json:"name"`
-	} `json:"authMethods"`
+	AuthMethods       []authMethod      `json:"authMethods"`
+}
+
+type authMethod struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
 }
 
 type nameValue struct {
