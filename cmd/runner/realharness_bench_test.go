@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -144,6 +146,8 @@ type direct struct {
 	conn    *jsonrpc.Conn
 	stdin   interface{ Close() error }
 	session string
+	// firstText is when the first agent_message_chunk came (UnixNano).
+	firstText atomic.Int64
 }
 
 func newDirect(b *testing.B, ctx context.Context, dir, name string, body map[string]any) *direct {
@@ -189,7 +193,12 @@ func newDirect(b *testing.B, ctx context.Context, dir, name string, body map[str
 		b.Fatal(err)
 	}
 	d := &direct{cmd: cmd, stdin: in}
-	d.conn = jsonrpc.New(out, in, jsonrpc.HandlerFunc(func(context.Context, string, json.RawMessage, bool) (any, error) { return nil, nil }))
+	d.conn = jsonrpc.New(out, in, jsonrpc.HandlerFunc(func(_ context.Context, method string, params json.RawMessage, _ bool) (any, error) {
+		if method == "session/update" && bytes.Contains(params, []byte(`"agent_message_chunk"`)) {
+			d.firstText.CompareAndSwap(0, time.Now().UnixNano())
+		}
+		return nil, nil
+	}))
 	if err := d.conn.Call(ctx, "initialize", map[string]any{"protocolVersion": 1, "clientCapabilities": map[string]any{}}, nil); err != nil {
 		d.close()
 		b.Fatalf("initialize: %v", err)
