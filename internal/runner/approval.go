@@ -185,14 +185,5 @@ func approvalFrame(history []wire.Message, approvals map[string]bool) string {
 		}
 		names = append(names, verdict+" "+id)
 	}
-	last := ""
-	for i := len(history) - 1; i >= 0; i-- {
-		if history[i].Role == "user" {
-			if txt := messageText(history[i]); txt != "" && !strings.HasPrefix(txt, "[") {
-				last = txt
-				break
-			}
-		}
-	}
-	return fmt.Sprintf("The user answered the pending tool call(s): %s. Continue the paused request exactly where it stopped; an approved call will be allowed when you issue it again, a denied one must not be retried. Re-issue it now:\n%s", strings.Join(names, ", "), last)
+	return fmt.Sprintf("The user answered the pending tool call(s): %s. Continue the paused request exactly where it stopped; an approved call will be allowed when you issue it again, a denied one must not be retried. Re-issue it now:\n%s", strings.Join(names, ", "), lastRequest(history))
 }

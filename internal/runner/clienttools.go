@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/agentrunner/runner/internal/agent"
 	"github.com/agentrunner/runner/internal/permission"
@@ -132,14 +131,5 @@ func (t *turn) clientPause(ctx context.Context, out agent.Outcome, err error) (a
 // tool's result: the harness re-issues the call, which the stored
 // output then answers.
 func clientResultFrame(history []wire.Message) string {
-	last := ""
-	for i := len(history) - 1; i >= 0; i-- {
-		if history[i].Role == "user" {
-			if txt := messageText(history[i]); txt != "" && !strings.HasPrefix(txt, "[") {
-				last = txt
-				break
-			}
-		}
-	}
-	return "The user's browser returned the result of the pending tool call. Continue the paused request exactly where it stopped: call the tool again with the same arguments and its result will be returned. Re-issue it now:\n" + last
+	return "The user's browser returned the result of the pending tool call. Continue the paused request exactly where it stopped: call the tool again with the same arguments and its result will be returned. Re-issue it now:\n" + lastRequest(history)
 }

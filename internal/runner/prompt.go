@@ -90,6 +90,20 @@ func replay(history []wire.Message, text string, max int) string {
 	return "Conversation so far:\n" + transcript + "\nContinue the conversation. The user now says:\n" + text
 }
 
+// lastRequest is the text of the user's last message that is not a
+// bracketed note (a tool's result, an omission): the request a paused
+// turn re-issues.
+func lastRequest(history []wire.Message) string {
+	for i := len(history) - 1; i >= 0; i-- {
+		if history[i].Role == "user" {
+			if txt := messageText(history[i]); txt != "" && !strings.HasPrefix(txt, "[") {
+				return txt
+			}
+		}
+	}
+	return ""
+}
+
 func messageText(m wire.Message) string {
 	if m.Content.IsText || m.Content.Blocks == nil {
 		return m.Content.Text

@@ -338,10 +338,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-changed:
 		case <-heartbeat.C:
-			if err := enc.Encode(Event{Heartbeat: true}); err != nil {
-				return
-			}
-			if err := rc.Flush(); err != nil {
+			if beat(enc, rc) != nil {
 				return
 			}
 		case <-r.Context().Done():
@@ -407,6 +404,15 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// beat writes a heartbeat line on a long-lived NDJSON answer and flushes
+// it; an error means the reader is gone.
+func beat(enc *json.Encoder, rc *http.ResponseController) error {
+	if err := enc.Encode(Event{Heartbeat: true}); err != nil {
+		return err
+	}
+	return rc.Flush()
+}
+
 func (s *Server) accept(w http.ResponseWriter, r *http.Request) {
 	name := r.URL.Query().Get("name")
 	claim := r.URL.Query().Get("claim")
@@ -443,10 +449,7 @@ func (s *Server) accept(w http.ResponseWriter, r *http.Request) {
 			_ = rc.Flush()
 			return
 		case <-heartbeat.C:
-			if err := enc.Encode(Event{Heartbeat: true}); err != nil {
-				return
-			}
-			if err := rc.Flush(); err != nil {
+			if beat(enc, rc) != nil {
 				return
 			}
 		case <-r.Context().Done():
