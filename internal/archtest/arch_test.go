@@ -21,7 +21,14 @@ type pkg struct {
 
 func list(t *testing.T) []pkg {
 	t.Helper()
+	return listIn(t, "")
+}
+
+// listIn is list for the module checked out in dir ("": this one).
+func listIn(t *testing.T, dir string) []pkg {
+	t.Helper()
 	cmd := exec.Command("go", "list", "-json", module+"/...")
+	cmd.Dir = dir
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
