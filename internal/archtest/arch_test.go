@@ -3,8 +3,10 @@ package archtest
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -19,31 +21,52 @@ type pkg struct {
 	GoFiles    []string
 }
 
+// list is the module's packages, listed once for every test that asks
+// (each go list of the module takes a second or two on a loaded machine).
 func list(t *testing.T) []pkg {
 	t.Helper()
-	return listIn(t, "")
+	listed.once.Do(func() { listed.pkgs, listed.err = goList("") })
+	if listed.err != nil {
+		t.Fatal(listed.err)
+	}
+	return listed.pkgs
 }
 
-// listIn is list for the module checked out in dir ("": this one).
+var listed struct {
+	once sync.Once
+	pkgs []pkg
+	err  error
+}
+
+// listIn is list for the module checked out in dir, not kept.
 func listIn(t *testing.T, dir string) []pkg {
 	t.Helper()
+	pkgs, err := goList(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pkgs
+}
+
+// goList runs go list over the module checked out in dir ("": this one).
+func goList(dir string) ([]pkg, error) {
 	cmd := exec.Command("go", "list", "-json", module+"/...")
 	cmd.Dir = dir
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("go list: %v\n%s", err, errb.String())
+		return nil, fmt.Errorf("go list: %w\n%s", err, errb.String())
 	}
 	var pkgs []pkg
 	dec := json.NewDecoder(&out)
 	for dec.More() {
 		var p pkg
 		if err := dec.Decode(&p); err != nil {
-			t.Fatal(err)
+			return nil, fmt.Errorf("go list: %w", err)
 		}
 		pkgs = append(pkgs, p)
 	}
-	return pkgs
+	return pkgs, nil
 }
 
 // implementations are packages that implement a family interface; only
