@@ -37,9 +37,14 @@ func (s *SyncBuffer) String() string {
 // log line saying that something happened), or ctx ends; it reports
 // whether it saw one. It waits on the writes, never polls.
 func (s *SyncBuffer) WaitFor(ctx context.Context, parts ...string) bool {
+	return s.WaitForN(ctx, 1, parts...)
+}
+
+// WaitForN is WaitFor for n such lines (the n-th time something happened).
+func (s *SyncBuffer) WaitForN(ctx context.Context, n int, parts ...string) bool {
 	for {
 		s.mu.Lock()
-		if hasLine(s.b.Bytes(), parts) {
+		if countLines(s.b.Bytes(), parts) >= n {
 			s.mu.Unlock()
 			return true
 		}
@@ -56,8 +61,9 @@ func (s *SyncBuffer) WaitFor(ctx context.Context, parts ...string) bool {
 	}
 }
 
-// hasLine reports whether a line of b holds every one of parts.
-func hasLine(b []byte, parts []string) bool {
+// countLines counts the lines of b that hold every one of parts.
+func countLines(b []byte, parts []string) int {
+	n := 0
 	for line := range bytes.Lines(b) {
 		all := true
 		for _, p := range parts {
@@ -67,8 +73,8 @@ func hasLine(b []byte, parts []string) bool {
 			}
 		}
 		if all {
-			return true
+			n++
 		}
 	}
-	return false
+	return n
 }

@@ -3,11 +3,7 @@ package kubernetes_test
 import (
 	"bufio"
 	"context"
-	"encoding/json"
-	"fmt"
 	"io"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -85,77 +81,4 @@ func BenchmarkClusterParkResume(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(pause.Milliseconds())/float64(b.N), "pause-ms/op")
-}
-
-// BenchmarkClusterServeTurn: turns of the scripted agent through a
-// `runner serve` whose sandboxes are pods: cold (a new session each time:
-// a pod made, the harness started) and warm (the same session: its pod
-// and agent reused). first-token-ms is the request to the first message
-// delta; p50/p99 are the whole turn's.
-func BenchmarkClusterServeTurn(b *testing.B) {
-	s := startServe(b)
-	for _, mode := range []string{"cold", "warm"} {
-		b.Run(mode, func(b *testing.B) {
-			if mode == "warm" {
-				s.timedTurn(b, "bench-warm") // the pod made outside the figures
-			}
-			var first, whole []time.Duration
-			for i := 0; b.Loop(); i++ {
-				session := "bench-warm"
-				if mode == "cold" {
-					session = fmt.Sprintf("bench-cold-%d-%d", time.Now().UnixNano(), i)
-				}
-				f, w := s.timedTurn(b, session)
-				first, whole = append(first, f), append(whole, w)
-			}
-			report(b, "first-token", first)
-			report(b, "turn", whole)
-		})
-	}
-}
-
-// timedTurn runs one "say" turn and returns the time to its first message
-// delta and to its end.
-func (s *serve) timedTurn(b *testing.B, session string) (first, whole time.Duration) {
-	b.Helper()
-	ctx, cancel := context.WithTimeout(b.Context(), 3*time.Minute)
-	defer cancel()
-	start := time.Now()
-	resp := s.client.Do(b, ctx, "POST", "/stream", fakeTurn(session, "say benchmark"), "application/x-ndjson")
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	ok := false
-	for sc.Scan() {
-		line := sc.Bytes()
-		if first == 0 && strings.Contains(string(line), `"message_delta"`) {
-			first = time.Since(start)
-		}
-		var r struct {
-			Result *struct {
-				OK    bool   `json:"ok"`
-				Error string `json:"error"`
-			} `json:"result"`
-		}
-		if json.Unmarshal(line, &r) == nil && r.Result != nil {
-			ok = r.Result.OK
-			if !ok {
-				b.Fatalf("turn of %s: %s", session, r.Result.Error)
-			}
-		}
-	}
-	if !ok {
-		b.Fatalf("turn of %s: no result (%v); log:\n%s", session, sc.Err(), s.log)
-	}
-	return first, time.Since(start)
-}
-
-func report(b *testing.B, name string, d []time.Duration) {
-	if len(d) == 0 {
-		return
-	}
-	slices.Sort(d)
-	ms := func(q float64) float64 { return float64(d[int(q*float64(len(d)-1))].Microseconds()) / 1000 }
-	b.ReportMetric(ms(0.5), name+"-p50-ms")
-	b.ReportMetric(ms(0.99), name+"-p99-ms")
 }

@@ -492,3 +492,19 @@ func TestClusterParkedClaimDeleted(t *testing.T) {
 		t.Fatalf("Open of a parked sandbox without its claim: %v, want not found naming the claim", err)
 	}
 }
+
+// The test cluster's CNI is the plain bridge plugin, which enforces no
+// NetworkPolicy: the boot check says so.
+func TestClusterPolicyEnforcementDetected(t *testing.T) {
+	p := newProvider(t)
+	e, err := p.DetectPolicyEnforcement(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(e.CNIs) != 0 || !strings.Contains(e.String(), "no NetworkPolicy-enforcing CNI detected") {
+		t.Errorf("on the bridge CNI: %v, %q", e.CNIs, e)
+	}
+	if d := p.Describe()["network_policy"]; d != e.String() {
+		t.Errorf("Describe's network_policy %q, want %q", d, e)
+	}
+}

@@ -3,10 +3,12 @@ package kubernetes
 import (
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/agentrunner/runner/internal/errdefs"
 	"github.com/agentrunner/runner/internal/sandbox"
@@ -95,4 +97,33 @@ func contains(s []string, v string) bool {
 		}
 	}
 	return false
+}
+
+// The served API groups say which NetworkPolicy-enforcing CNIs are
+// installed; the cluster test sees the test cluster's bridge (none).
+func TestEnforcementOf(t *testing.T) {
+	groups := func(names ...string) metav1.APIGroupList {
+		var l metav1.APIGroupList
+		for _, n := range names {
+			l.Groups = append(l.Groups, metav1.APIGroup{Name: n})
+		}
+		return l
+	}
+	for _, c := range []struct {
+		served []string
+		want   []string
+	}{
+		{[]string{"apps", "networking.k8s.io", "storage.k8s.io"}, nil},
+		{[]string{"apps", "cilium.io"}, []string{"Cilium"}},
+		{[]string{"crd.projectcalico.org", "projectcalico.org", "policy.networking.k8s.io"}, []string{"Calico"}},
+		{[]string{"crd.antrea.io", "k8s.ovn.org"}, []string{"Antrea", "OVN-Kubernetes"}},
+	} {
+		e := enforcementOf(groups(c.served...))
+		if !slices.Equal(e.CNIs, c.want) {
+			t.Errorf("served %v: CNIs %v, want %v", c.served, e.CNIs, c.want)
+		}
+		if (len(c.want) == 0) != strings.Contains(e.String(), "may be advisory") {
+			t.Errorf("served %v: %q", c.served, e)
+		}
+	}
 }

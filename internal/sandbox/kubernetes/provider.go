@@ -12,13 +12,13 @@ import (
 	"net/http"
 	"net/netip"
 	"regexp"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -83,6 +83,8 @@ type Provider struct {
 	client kubernetes.Interface
 	log    *slog.Logger
 	pods   podWatch
+	// enforcement is what DetectPolicyEnforcement found (nil: not asked).
+	enforcement atomic.Pointer[PolicyEnforcement]
 }
 
 var (
@@ -160,14 +162,6 @@ func New(cfg Config, logger *slog.Logger) (*Provider, error) {
 	return pr, nil
 }
 
-// Close stops the provider's watch on its pods (started with its first
-// sandbox) and waits for it. The sandboxes themselves are not touched:
-// park or destroy them first.
-func (p *Provider) Close() error {
-	p.pods.close()
-	return nil
-}
-
 // Name is "kubernetes".
 func (p *Provider) Name() string { return "kubernetes" }
 
@@ -182,6 +176,9 @@ func (p *Provider) Describe() map[string]any {
 	}
 	if p.cfg.RuntimeClassName != "" {
 		d["runtime_class"] = p.cfg.RuntimeClassName
+	}
+	if e := p.enforcement.Load(); e != nil {
+		d["network_policy"] = e.String()
 	}
 	return d
 }
@@ -285,62 +282,6 @@ func (p *Provider) Open(ctx context.Context, id string, spec sandbox.Spec) (sand
 		return nil, err
 	}
 	return asSandbox(p.attach(ctx, pod, p.log.With(logkey.Sandbox, id, logkey.Session, spec.SessionID)))
-}
-
-// ListIDs returns the sandboxes this replica made that are not being
-// deleted: its pods, and with parking its claims (a parked sandbox has
-// no pod).
-func (p *Provider) ListIDs(ctx context.Context) ([]string, error) {
-	sel := labels.Set{labelManaged: managedBy, labelReplica: p.cfg.Replica}.String()
-	list, err := p.client.CoreV1().Pods(p.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
-	if err != nil {
-		return nil, p.apiErr(fmt.Errorf("list pods in %s: %w", p.cfg.Namespace, err))
-	}
-	var ids []string
-	seen := map[string]bool{}
-	for _, pod := range list.Items {
-		if pod.DeletionTimestamp == nil {
-			ids = append(ids, pod.Name)
-			seen[pod.Name] = true
-		}
-	}
-	if !p.parking() {
-		return ids, nil
-	}
-	claims, err := p.client.CoreV1().PersistentVolumeClaims(p.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
-	if err != nil {
-		return nil, p.apiErr(fmt.Errorf("list persistent volume claims in %s: %w", p.cfg.Namespace, err))
-	}
-	for _, c := range claims.Items {
-		if c.DeletionTimestamp == nil && !seen[c.Name] {
-			ids = append(ids, c.Name)
-		}
-	}
-	return ids, nil
-}
-
-// Remove deletes the pod named id and its policy; gone already is done.
-func (p *Provider) Remove(ctx context.Context, id string) error {
-	return p.remove(ctx, id)
-}
-
-func (p *Provider) remove(ctx context.Context, name string) error {
-	zero := int64(0)
-	err := p.client.CoreV1().Pods(p.cfg.Namespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return p.apiErr(fmt.Errorf("delete pod %s/%s: %w", p.cfg.Namespace, name, err))
-	}
-	err = p.client.NetworkingV1().NetworkPolicies(p.cfg.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return p.apiErr(fmt.Errorf("delete network policy %s/%s: %w", p.cfg.Namespace, name, err))
-	}
-	if p.parking() {
-		err = p.client.CoreV1().PersistentVolumeClaims(p.cfg.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			return p.apiErr(fmt.Errorf("delete persistent volume claim %s/%s: %w", p.cfg.Namespace, name, err))
-		}
-	}
-	return nil
 }
 
 // attach waits for pod to run and its daemon to answer.

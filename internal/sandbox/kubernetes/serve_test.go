@@ -27,32 +27,50 @@ import (
 // serveToken is the runner's token in the end-to-end tests.
 const serveToken = "kube-serve-test-token-7d41c0aa"
 
+// buildDir holds the binaries the tests built (removed by TestMain).
+var buildDir string
+
 var (
-	buildOnce sync.Once
-	runnerBin string
-	buildErr  error
-	buildDir  string
+	buildMu sync.Mutex
+	builds  = map[string]func() (string, error){}
 )
 
-// runner builds the runner binary once for the package's tests.
-func runner(t testing.TB) string {
+// built is the binary of package pkg (a module path), built once for the
+// package's tests.
+func built(t testing.TB, pkg string) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "kube-serve-bin-")
-		if buildErr != nil {
-			return
-		}
-		runnerBin = filepath.Join(buildDir, "runner")
-		out, err := exec.Command("go", "build", "-o", runnerBin, "github.com/agentrunner/runner/cmd/runner").CombinedOutput()
-		if err != nil {
-			buildErr = &buildError{err: err, out: out}
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	buildMu.Lock()
+	b, ok := builds[pkg]
+	if !ok {
+		b = sync.OnceValues(func() (string, error) {
+			buildMu.Lock()
+			var err error
+			if buildDir == "" {
+				buildDir, err = os.MkdirTemp("", "kube-serve-bin-")
+			}
+			dir := buildDir
+			buildMu.Unlock()
+			if err != nil {
+				return "", err
+			}
+			bin := filepath.Join(dir, filepath.Base(pkg))
+			if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+				return "", &buildError{err: err, out: out}
+			}
+			return bin, nil
+		})
+		builds[pkg] = b
 	}
-	return runnerBin
+	buildMu.Unlock()
+	bin, err := b()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
 }
+
+// runner is the runner binary.
+func runner(t testing.TB) string { return built(t, "github.com/agentrunner/runner/cmd/runner") }
 
 type buildError struct {
 	err error
@@ -60,7 +78,7 @@ type buildError struct {
 }
 
 func (e *buildError) Error() string {
-	return "go build the runner: " + e.err.Error() + "\n" + string(e.out)
+	return "go build: " + e.err.Error() + "\n" + string(e.out)
 }
 
 // serve is one `runner serve` process, driving the scripted agent.

@@ -24,11 +24,16 @@ import (
 // replays the history in the same request.
 func TestClusterServeTurns(t *testing.T) {
 	s := startServe(t)
+	// The test cluster's bridge CNI enforces no NetworkPolicy: said at boot.
+	if !strings.Contains(s.log.String(), "NETWORK POLICY MAY NOT BE ENFORCED") {
+		t.Errorf("the boot log does not warn that network policies may be advisory:\n%s", s.log)
+	}
 	id := session("turns")
 	p1 := "say hello from a pod\npid\nexec id -u; hostname"
 	first := s.stream(t, fakeTurn(id, p1), nil)
 	wantOK(t, "cold turn", first, "new", "hello from a pod", "10001")
 	pod := sessionPod(t, id)
+	t.Logf("cold turn in pod %s", pod)
 	if !strings.Contains(first.Text(), pod) {
 		t.Errorf("the cold turn did not run in pod %s: %q", pod, first.Text())
 	}
@@ -52,6 +57,7 @@ func TestClusterServeTurns(t *testing.T) {
 	if !s.log.WaitFor(ctx, "out of band", pod) {
 		t.Fatalf("the runner did not report pod %s deleted out of band", pod)
 	}
+	t.Logf("the runner saw pod %s deleted", pod)
 	p3 := "say back again\nexec hostname"
 	after := s.stream(t, fakeTurn(id, p1, first.Result.Output, p2, warm.Result.Output, p3), nil)
 	wantOK(t, "turn after the warm pod was deleted", after, "replay", "back again")

@@ -25,15 +25,23 @@ import (
 // a new sandbox at once. Pods are matched by UID: a parked sandbox's new
 // pod has the old one's name.
 type podWatch struct {
-	p *Provider
+	p  *Provider
+	wg sync.WaitGroup // the informer's run
 
 	// mu guards the following.
 	mu       sync.Mutex
 	started  bool
 	closed   bool
 	cancel   context.CancelFunc
-	wg       sync.WaitGroup
 	attached map[types.UID]map[*Sandbox]bool
+}
+
+// Close stops the provider's watch on its pods (started with its first
+// sandbox) and waits for it. The sandboxes themselves are not touched:
+// park or destroy them first.
+func (p *Provider) Close() error {
+	p.pods.close()
+	return nil
 }
 
 // add registers s, attached to the pod of uid, starting the informer on
