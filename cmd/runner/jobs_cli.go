@@ -76,30 +76,44 @@ func (c jobsCommand) run(ctx context.Context, args []string) int {
 		return 2
 	}
 	sc := sessionsClient{c: client.Client{Base: strings.TrimRight(*base, "/"), Token: cfg.HTTP.Token}, name: name, stderr: c.stderr}
+	method, path, body, err := c.request(verb, fs.Arg(0), *project, *status, *file)
+	if err != nil {
+		fmt.Fprintf(c.stderr, "%s: read the job: %v\n", name, err)
+		return 1
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, ok := sc.send(rctx, method, path, body)
+	if !ok {
+		return 1
+	}
+	return c.show(ctx, sc, verb, mode, fs.Arg(0), out)
+}
+
+// request is the call verb makes of /v1/jobs: submit's body is read from
+// file (- for stdin); id is empty for submit and list.
+func (c jobsCommand) request(verb, id, project, status, file string) (method, path string, body []byte, err error) {
 	q := url.Values{}
-	if *project != "" {
-		q.Set("projectId", *project)
+	if project != "" {
+		q.Set("projectId", project)
 	}
-	if *status != "" {
-		q.Set("status", *status)
+	if status != "" {
+		q.Set("status", status)
 	}
-	path := "/v1/jobs"
-	if needID {
-		path += "/" + url.PathEscape(fs.Arg(0))
+	path = "/v1/jobs"
+	if id != "" {
+		path += "/" + url.PathEscape(id)
 	}
-	method := http.MethodGet
-	var body []byte
+	method = http.MethodGet
 	switch verb {
 	case "submit":
-		var err error
-		if *file == "-" {
+		if file == "-" {
 			body, err = io.ReadAll(io.LimitReader(c.stdin, 64<<20))
 		} else {
-			body, err = os.ReadFile(*file)
+			body, err = os.ReadFile(file)
 		}
 		if err != nil {
-			fmt.Fprintf(c.stderr, "%s: read the job: %v\n", name, err)
-			return 1
+			return "", "", nil, err
 		}
 		method = http.MethodPost
 	case "cancel":
@@ -110,16 +124,17 @@ func (c jobsCommand) run(ctx context.Context, args []string) int {
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	out, ok := sc.send(rctx, method, path, body)
-	if !ok {
-		return 1
-	}
+	return method, path, body, nil
+}
+
+// show writes the service's answer out to verb as mode asks; tail follows
+// the job's session instead.
+func (c jobsCommand) show(ctx context.Context, sc sessionsClient, verb, mode, id string, out []byte) int {
+	name := sc.name
 	if verb == "tail" {
 		var j jobs.Job
 		if err := json.Unmarshal(out, &j); err != nil || j.SessionID == "" {
-			fmt.Fprintf(c.stderr, "%s: job %s has no session yet (status %s); try again once it runs\n", name, fs.Arg(0), j.Status)
+			fmt.Fprintf(c.stderr, "%s: job %s has no session yet (status %s); try again once it runs\n", name, id, j.Status)
 			return 1
 		}
 		opt := render.Options{Color: render.ColorEnabled(isTerminal(c.stdout), envLookup(c.environ))}
