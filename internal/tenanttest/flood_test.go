@@ -202,8 +202,17 @@ func TestAttackOversizeEvent(t *testing.T) {
 // result is bounded by the cap, not by the flood.
 func TestAttackResultFlood(t *testing.T) {
 	needBwrap(t)
-	r := start(t)
-	status, body := r.call(t, "POST", "/run", fake(floodPrompt(64<<20, 4<<10), map[string]any{"sessionId": "json"}))
+	// Under the race detector the cap is lowered to 4 MiB (the output
+	// cap, which the result's output and messages each hold, to 1 MiB)
+	// and the flood to 16 MB, still 4× the cap: a race-built runner took
+	// 100 s to gather the default 16 MiB at load ~25 and its answer
+	// missed the client's 2 min (6.8 s without the race detector).
+	limit, env := 16<<20, []string(nil)
+	if raceBuild {
+		limit, env = 4<<20, []string{"AGENTA_RUNNER_MAX_RESULT_BYTES=4194304", "AGENTA_RUNNER_MAX_OUTPUT_BYTES=1048576"}
+	}
+	r := start(t, env...)
+	status, body := r.call(t, "POST", "/run", fake(floodPrompt(4*limit, 4<<10), map[string]any{"sessionId": "json"}))
 	var res wire.Result
 	if err := json.Unmarshal(body, &res); err != nil {
 		t.Fatalf("status %d: %v", status, err)
@@ -211,8 +220,8 @@ func TestAttackResultFlood(t *testing.T) {
 	if status != 429 || res.OK || !strings.Contains(res.Error, "AGENTA_RUNNER_MAX_RESULT_BYTES") {
 		t.Errorf("status %d ok=%v error %q", status, res.OK, res.Error)
 	}
-	if len(body) > 40<<20 {
-		t.Errorf("result of %d bytes for a 16 MiB cap", len(body))
+	if len(body) > 5*limit/2 {
+		t.Errorf("result of %d bytes for a %d-byte cap", len(body), limit)
 	}
 }
 
