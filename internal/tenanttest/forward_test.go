@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -246,7 +248,12 @@ func TestForwardDrainHandsOff(t *testing.T) {
 	if !warm.Result.OK {
 		t.Fatal(warm.Raw)
 	}
-	resp := owner.do(t, t.Context(), "POST", "/stream", fake("say started\nsleep 3s\nsay finished", map[string]any{"sessionId": "busy", "projectId": "p"}), "application/x-ndjson")
+	// The busy turn runs until the test opens its gate (isolation none:
+	// the harness sees the test's files), not for a fixed time that a
+	// loaded machine could outlast before the handoff is tried.
+	gate := filepath.Join(t.TempDir(), "gate")
+	busy := "say started\nexec while [ ! -e " + gate + " ]; do sleep 0.05; done\nsay finished"
+	resp := owner.do(t, t.Context(), "POST", "/stream", fake(busy, map[string]any{"sessionId": "busy", "projectId": "p"}), "application/x-ndjson")
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() && !strings.Contains(sc.Text(), "started") {
@@ -271,6 +278,9 @@ func TestForwardDrainHandsOff(t *testing.T) {
 	}
 	if !strings.Contains(next.Text(), "Conversation so far") || !strings.Contains(next.Text(), "swordfish") {
 		t.Fatalf("want a cold resume on the other replica with the history replayed:\n%s", next.Text())
+	}
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	var last string
 	for sc.Scan() {
