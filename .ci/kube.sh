@@ -33,7 +33,8 @@
 # namespace gets no address. The API server listens on 127.0.0.1:6443
 # inside it; two socat relays joined by a unix socket expose it on the
 # host's 127.0.0.1:$RUNNER_KUBE_PORT (16443), which is what the kubeconfig
-# names. In the cluster's private mount namespace its own directories
+# names. Their TCP ends set nodelay: socat leaves Nagle's algorithm on,
+# which with delayed ACKs held every port-forwarded write for ~40 ms. In the cluster's private mount namespace its own directories
 # under the state dir are bound over /var/lib/cni (IPAM leases, CNI
 # results) and /var/log/pods, /var/log/containers (a kubelet deletes the
 # pod log directories of pods it does not know, i.e. another cluster's).
@@ -364,7 +365,7 @@ EOF
     --advertise-client-urls http://127.0.0.1:2379 --listen-peer-urls http://127.0.0.1:2380 --unsafe-no-fsync
   run containerd containerd --config "$s/containerd/config.toml"
   start_apiserver
-  run relay socat UNIX-LISTEN:"$s/apiserver.sock",fork,unlink-early TCP:127.0.0.1:6443
+  run relay socat UNIX-LISTEN:"$s/apiserver.sock",fork,unlink-early TCP:127.0.0.1:6443,nodelay
   local i
   wait_apiserver
   run scheduler "$bin/kube-scheduler" --kubeconfig="$s/pki/scheduler.kubeconfig" --leader-elect=false \
@@ -438,7 +439,7 @@ up() {
     sleep 0.5
   done
   [[ -f $state/inner.pid ]] || { cat "$state/inner.log" >&2; tail -20 "$state/logs/"*.log >&2 || true; die "the cluster did not start"; }
-  setsid socat TCP-LISTEN:"$port",bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:"$state/apiserver.sock" </dev/null >/dev/null 2>&1 &
+  setsid socat TCP-LISTEN:"$port",bind=127.0.0.1,fork,reuseaddr,nodelay UNIX-CONNECT:"$state/apiserver.sock" </dev/null >/dev/null 2>&1 &
   echo $! >"$state/hostrelay.pid"
   k() { curl -sf --cacert "$state/pki/ca.crt" -H "Authorization: Bearer $(awk -F, 'NR==1{print $1}' "$state/pki/tokens.csv")" "$@"; }
   for i in $(seq 1 60); do k "https://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break; sleep 0.5; done
