@@ -5,6 +5,7 @@ import (
 	"maps"
 	"os"
 
+	"github.com/agentrunner/runner/internal/agent"
 	"github.com/agentrunner/runner/internal/sandbox"
 	"github.com/agentrunner/runner/internal/wire"
 )
@@ -51,14 +52,7 @@ type Launch struct {
 	// skips the `claude auth status` run it starts at initialize and at
 	// every prompt (a second CLI boot, about 0.35 s of CPU, competing
 	// with the turn's own CLI for the sandbox's cores).
-	Gateway *GatewayAuth
-}
-
-// GatewayAuth is ACP gateway authentication: the base URL and headers
-// the adapter calls the model with.
-type GatewayAuth struct {
-	BaseURL string
-	Headers map[string]string
+	Gateway *agent.GatewayAuth
 }
 
 // claudeGatewayToken is the bearer token claude-agent-acp's gateway mode
@@ -180,7 +174,7 @@ func quirks(s Setup, out *Launch) error {
 	case "claude":
 		out.Mode = ClaudeMode(s.Request.Permissions)
 		if key, base := out.Env["ANTHROPIC_API_KEY"], out.Env["ANTHROPIC_BASE_URL"]; key != "" && base != "" {
-			out.Gateway = &GatewayAuth{BaseURL: base, Headers: map[string]string{"x-api-key": key}}
+			out.Gateway = &agent.GatewayAuth{BaseURL: base, Headers: map[string]string{"x-api-key": key}}
 		}
 	case "codex":
 		mode := s.Request.HarnessMode

@@ -213,7 +213,7 @@ func gatewayAuth(hc HarnessConfig, lv *live) *agent.GatewayAuth {
 	if hc.Gateway == nil || lv.route == nil {
 		return nil
 	}
-	return &agent.GatewayAuth{BaseURL: hc.Gateway.BaseURL, Headers: maps.Clone(hc.Gateway.Headers)}
+	return hc.Gateway
 }
 
 // binding binds the turn's tools on the tool relay.
