@@ -19,6 +19,14 @@ if [[ -x $bin ]]; then
 fi
 
 mkdir -p "$dir"
+# One build at a time into the cache (another CI run, a developer's
+# script): the second waits and finds the binary there.
+exec {lock}>"$dir.lock"
+flock "$lock"
+if [[ -x $bin ]]; then
+  echo "$bin"
+  exit 0
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # Reuse the machine's module cache: the build is long enough without

@@ -19,6 +19,16 @@ base_suite=bookworm
 base_stamp=20261201
 mirror=${RUNNER_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
+# locked NAME: hold the cache's lock for NAME until the calling shell
+# (or subshell) exits, so two CI runs or a developer's script beside a CI
+# run never build one tool into the same directory at once; the second
+# finds it built once the first is done.
+locked() {
+  mkdir -p "$tools"
+  exec {lock}>"$tools/$1.lock"
+  flock "$lock"
+}
+
 apt_install() {
   local missing=() p
   for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -34,9 +44,12 @@ go_tool() {
   local name=$1 version=$2 pkg=$3 binary=$4 module=${5:-}
   local dir=$tools/$name-$version
   if [[ -x $dir/$binary ]]; then echo "$name $dir/$binary"; return; fi
-  mkdir -p "$dir"
-  local work; work=$(mktemp -d)
   (
+    locked "$name-$version"
+    if [[ -x $dir/$binary ]]; then echo "$name $dir/$binary"; exit 0; fi
+    mkdir -p "$dir"
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
     export GOBIN=$work/bin GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
     export GOMODCACHE=${GOMODCACHE:-$(go env GOMODCACHE)}
     if ! go install -trimpath -ldflags=-s "$pkg@$version" >&2; then
@@ -49,9 +62,8 @@ go_tool() {
     built=$(ls "$GOBIN" | head -1)
     install -m 0755 "$GOBIN/$built" "$dir/$binary.tmp"
     mv "$dir/$binary.tmp" "$dir/$binary"
+    echo "$name $dir/$binary"
   )
-  rm -rf "$work"
-  echo "$name $dir/$binary"
 }
 
 docker_engine() {
@@ -71,18 +83,22 @@ debian_base() {
   local dir=$tools/debian-$base_suite-$base_stamp
   local tar=$dir/rootfs.tar
   if [[ -s $tar ]]; then echo "base $tar"; return; fi
-  apt_install debootstrap
-  mkdir -p "$dir"
-  local root=$dir/rootfs.tmp
-  rm -rf "$root"
-  debootstrap --variant=minbase "$base_suite" "$root" "$mirror" >&2
-  # Trim what an image never needs: the apt lists and caches, docs, man pages.
-  rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/var/cache/apt/archives/*.deb \
-    "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/locale/*
-  tar -C "$root" --numeric-owner -cf "$tar.tmp" .
-  mv "$tar.tmp" "$tar"
-  rm -rf "$root"
-  echo "base $tar"
+  (
+    locked "debian-$base_suite-$base_stamp"
+    if [[ -s $tar ]]; then echo "base $tar"; exit 0; fi
+    apt_install debootstrap
+    mkdir -p "$dir"
+    local root=$dir/rootfs.tmp
+    rm -rf "$root"
+    debootstrap --variant=minbase "$base_suite" "$root" "$mirror" >&2
+    # Trim what an image never needs: the apt lists and caches, docs, man pages.
+    rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/var/cache/apt/archives/*.deb \
+      "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/locale/*
+    tar -C "$root" --numeric-owner -cf "$tar.tmp" .
+    mv "$tar.tmp" "$tar"
+    rm -rf "$root"
+    echo "base $tar"
+  )
 }
 
 run() {

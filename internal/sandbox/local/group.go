@@ -88,21 +88,44 @@ func procGroup(pid int) (pgid int, state byte, ok bool) {
 	return g, f[0][0], err == nil
 }
 
+// rescanPause bounds a wait that cannot watch every member: the caller
+// then looks at /proc again after it, instead of at once in a busy loop.
+const rescanPause = 50 * time.Millisecond
+
+// pidfdOpen and poll are the system calls waitExit makes; a test replaces
+// them to see what it does when pidfds run out.
+var (
+	pidfdOpen = func(pid int) (int, error) { return unix.PidfdOpen(pid, 0) }
+	poll      = unix.Poll
+)
+
 // waitExit waits until one of pids has exited, or for d at most: a
-// pidfd is readable once its process is dead.
+// pidfd is readable once its process is dead. A pid already gone ends the
+// wait at once (the caller looks again). A pidfd that cannot be opened for
+// another reason (the process is out of descriptors) leaves that member
+// unwatched, so the wait is cut to rescanPause; with none watched it is a
+// plain pause.
 func waitExit(pids []int, d time.Duration) {
 	var fds []unix.PollFd
+	unwatched := false
 	for _, pid := range pids {
-		fd, err := unix.PidfdOpen(pid, 0)
+		fd, err := pidfdOpen(pid)
+		if errors.Is(err, unix.ESRCH) {
+			return
+		}
 		if err != nil {
-			return // gone already: the caller looks again
+			unwatched = true
+			continue
 		}
 		defer unix.Close(fd)
 		fds = append(fds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
 	}
+	if unwatched {
+		d = min(d, rescanPause)
+	}
 	ms := int(d.Milliseconds()) + 1
 	for {
-		if _, err := unix.Poll(fds, ms); !errors.Is(err, unix.EINTR) {
+		if _, err := poll(fds, ms); !errors.Is(err, unix.EINTR) {
 			return
 		}
 	}
