@@ -11,8 +11,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -85,7 +87,10 @@ type Config struct {
 type Peers struct {
 	cfg Config
 	rt  *http.Transport
-	now func() time.Time
+	// fresh dials a new connection per request: the one resend of a
+	// request whose pooled connection the owner had closed.
+	fresh *http.Transport
+	now   func() time.Time
 
 	// mu guards the following: registry rows read lately, so that a warm
 	// turn forwarded costs no store read (a row's URL changes only when
@@ -133,12 +138,20 @@ func New(cfg Config) *Peers {
 		MaxResponseHeaderBytes: 64 << 10,
 		// The owner's body passes through as it was encoded.
 		DisableCompression: true,
+		// A body is sent once the owner asks for it (send): an owner
+		// that does not ask within this is slow, and gets it anyway.
+		ExpectContinueTimeout: time.Second,
 	}
-	return &Peers{cfg: cfg, rt: rt, now: time.Now, rows: map[string]cachedRow{}}
+	fresh := rt.Clone()
+	fresh.DisableKeepAlives = true
+	return &Peers{cfg: cfg, rt: rt, fresh: fresh, now: time.Now, rows: map[string]cachedRow{}}
 }
 
 // Close closes the idle connections to peers.
-func (p *Peers) Close() { p.rt.CloseIdleConnections() }
+func (p *Peers) Close() {
+	p.rt.CloseIdleConnections()
+	p.fresh.CloseIdleConnections()
+}
 
 // Token is the peer token a forwarded request must carry.
 func (p *Peers) Token() string { return p.cfg.Token }
@@ -253,10 +266,10 @@ func copyHeader(dst, src http.Header) {
 	}
 }
 
-// send forwards r once to rep. See Forward for its errors; an
-// *unreachableError is a dial that failed.
+// send forwards r to rep. See Forward for its errors; an
+// *unreachableError is a request rep provably did not get.
 func (p *Peers) send(w http.ResponseWriter, r *http.Request, body []byte, rep store.Replica) error {
-	out, err := http.NewRequestWithContext(r.Context(), r.Method, rep.AdvertiseURL+r.URL.RequestURI(), bytes.NewReader(body))
+	out, err := http.NewRequestWithContext(r.Context(), r.Method, rep.AdvertiseURL+r.URL.RequestURI(), nil)
 	if err != nil {
 		return fmt.Errorf("replica %s advertises %q: %w", rep.ID, rep.AdvertiseURL, err)
 	}
@@ -264,9 +277,26 @@ func (p *Peers) send(w http.ResponseWriter, r *http.Request, body []byte, rep st
 	out.Header.Del(HeaderHandoff)
 	out.Header.Set(HeaderForwarded, p.cfg.Self)
 	out.Header.Set(HeaderToken, p.cfg.Token)
-	out.ContentLength = int64(len(body))
-	// RoundTrip, not a Client: a peer's redirect is never followed.
-	resp, err := p.rt.RoundTrip(out)
+	// The transport sends again, unasked, a request these mark; the
+	// caller's must not make a turn replayable.
+	out.Header.Del("Idempotency-Key")
+	out.Header.Del("X-Idempotency-Key")
+	sent := &sentBody{body: body}
+	if len(body) > 0 {
+		// The owner acts on a request only once it has read its body
+		// (docs/architecture.md): one it never asked for was not acted on.
+		out.Header.Set("Expect", "100-continue")
+		out.Body, out.GetBody = sent.open(), func() (io.ReadCloser, error) { return sent.open(), nil }
+		out.ContentLength = int64(len(body))
+	} else {
+		out.Header.Del("Expect")
+		if r.Method == http.MethodDelete {
+			// Idempotent: the transport may send it again on a new
+			// connection (a nil value marks it so, and is not sent).
+			out.Header["Idempotency-Key"] = nil
+		}
+	}
+	resp, err := p.roundTrip(out, sent)
 	if err != nil {
 		if errors.Is(err, ErrNotPeer) {
 			return errdefs.With(errdefs.ErrUnavailable, fmt.Errorf("session is held by replica %s, whose advertised URL %s is refused: %w (add its network to %s on every replica)", rep.ID, rep.AdvertiseURL, err, CIDRsEnv))
@@ -278,8 +308,11 @@ func (p *Peers) send(w http.ResponseWriter, r *http.Request, body []byte, rep st
 		if errors.As(err, &oe) && oe.Op == "dial" {
 			return &unreachableError{refused: errors.Is(err, syscall.ECONNREFUSED), err: err}
 		}
-		// Connected, then lost before an answer: the request may have
-		// reached the owner, so it is neither retried nor taken over.
+		if len(body) > 0 && !sent.sent() {
+			return &unreachableError{err: err}
+		}
+		// Connected, then lost once the owner had the request: it may
+		// have acted on it, so it is neither sent again nor taken over.
 		return errdefs.With(errdefs.ErrUnavailable, fmt.Errorf("replica %s (%s), which holds this session, was lost before it answered (%v): the request may have reached it; retry, and if it is gone another replica takes the session over", rep.ID, rep.AdvertiseURL, err))
 	}
 	defer resp.Body.Close()
@@ -327,6 +360,47 @@ func (p *Peers) send(w http.ResponseWriter, r *http.Request, body []byte, rep st
 		}
 	}
 }
+
+// roundTrip sends out, and once more on a new connection when the pooled
+// connection it went out on failed before the owner asked for its body:
+// the owner had closed that connection (idle too long, or restarting) and
+// never read the request. RoundTrip, not a Client: a peer's redirect is
+// never followed.
+func (p *Peers) roundTrip(out *http.Request, body *sentBody) (*http.Response, error) {
+	var reused atomic.Bool
+	trace := &httptrace.ClientTrace{GotConn: func(c httptrace.GotConnInfo) { reused.Store(c.Reused) }}
+	resp, err := p.rt.RoundTrip(out.WithContext(httptrace.WithClientTrace(out.Context(), trace)))
+	if err == nil || !reused.Load() || out.Body == nil || body.sent() || out.Context().Err() != nil {
+		return resp, err
+	}
+	p.cfg.Logger.Debug("peer closed a kept-alive connection before reading the request; sending it on a new one", logkey.Error, err)
+	again := out.Clone(out.Context())
+	again.Body = body.open()
+	return p.fresh.RoundTrip(again)
+}
+
+// sentBody is a forwarded request's body, telling whether the transport
+// has begun to send it on any attempt.
+type sentBody struct {
+	body []byte
+	read atomic.Bool
+}
+
+func (b *sentBody) open() io.ReadCloser { return &sentReader{b: b, r: bytes.NewReader(b.body)} }
+
+func (b *sentBody) sent() bool { return b.read.Load() }
+
+type sentReader struct {
+	b *sentBody
+	r *bytes.Reader
+}
+
+func (s *sentReader) Read(p []byte) (int, error) {
+	s.b.read.Store(true)
+	return s.r.Read(p)
+}
+
+func (s *sentReader) Close() error { return nil }
 
 // endStream ends the stream of an owner lost mid-answer with a line
 // naming it: a turn's result (ok false) unless the owner sent one, or an

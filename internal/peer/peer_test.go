@@ -135,6 +135,10 @@ func TestForwardStreamsUnbuffered(t *testing.T) {
 	next := make(chan struct{})
 	cancelled := make(chan struct{})
 	owner := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// As the API's handlers do: the body first (it is sent when asked
+		// for), then the answer; the server sees the caller leave once
+		// the body is read.
+		_, _ = io.ReadAll(r.Body)
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		rc := http.NewResponseController(w)
 		for _, line := range []string{`{"kind":"event","seq":1}`, `{"kind":"ping"}`} {
@@ -189,6 +193,7 @@ func TestForwardOwnerLostMidStream(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			owner := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.ReadAll(r.Body) // as the API's handlers do, before answering
 				w.Header().Set("Content-Type", "application/x-ndjson")
 				_, _ = io.WriteString(w, tc.sent)
 				_ = http.NewResponseController(w).Flush()

@@ -30,19 +30,24 @@ func peerCluster(t testing.TB, n int, env ...string) ([]*runner, string) {
 	url := storetest.PostgresSchema(t)
 	var rs []*runner
 	for i := range n {
-		rs = append(rs, start(t, append([]string{
-			"AGENTA_RUNNER_DATABASE_URL=" + url,
-			"AGENTA_RUNNER_REPLICA_ID=replica-" + strconv.Itoa(i),
-			// The routing is under test, not the walls: host processes
-			// keep 30 warm sessions cheap on a shared machine.
-			"AGENTA_RUNNER_LOCAL_ISOLATION=none",
-			"AGENTA_RUNNER_LOCAL_DISK_MB=0",
-			"AGENTA_RUNNER_SESSION_POOL_MAX=64",
-			"AGENTA_RUNNER_SESSION_TTL_MS=600000",
-			"AGENTA_RUNNER_JOBS=off",
-		}, env...)...))
+		rs = append(rs, start(t, append(replicaEnv(url, i), env...)...))
 	}
 	return rs, url
+}
+
+// replicaEnv is the environment of peerCluster's replica i on url.
+func replicaEnv(url string, i int) []string {
+	return []string{
+		"AGENTA_RUNNER_DATABASE_URL=" + url,
+		"AGENTA_RUNNER_REPLICA_ID=replica-" + strconv.Itoa(i),
+		// The routing is under test, not the walls: host processes
+		// keep 30 warm sessions cheap on a shared machine.
+		"AGENTA_RUNNER_LOCAL_ISOLATION=none",
+		"AGENTA_RUNNER_LOCAL_DISK_MB=0",
+		"AGENTA_RUNNER_SESSION_POOL_MAX=64",
+		"AGENTA_RUNNER_SESSION_TTL_MS=600000",
+		"AGENTA_RUNNER_JOBS=off",
+	}
 }
 
 var (

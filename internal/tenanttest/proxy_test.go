@@ -9,8 +9,10 @@ import (
 // tcpProxy is a TCP proxy on loopback the test controls: it forwards
 // every connection to its target, and can hold every byte in flight
 // (Pause, Resume: a partition that heals, connections left open) or
-// refuse connections (Cut: the address answers nothing). Its goroutines
-// end when the test does.
+// refuse connections (Cut: the address answers nothing), or close the
+// connections open now at their next bytes, unforwarded (DropIdle: a
+// server closing idle keep-alive connections). Its goroutines end when
+// the test does.
 type tcpProxy struct {
 	Addr string
 	ln   net.Listener
@@ -22,6 +24,7 @@ type tcpProxy struct {
 	paused bool
 	resume chan struct{} // closed by Resume
 	conns  map[net.Conn]struct{}
+	idle   map[net.Conn]bool // connections DropIdle marked
 	closed bool
 }
 
@@ -74,14 +77,20 @@ func (p *tcpProxy) serve(c net.Conn, target string) {
 	p.mu.Unlock()
 	defer p.drop(up)
 	var wg sync.WaitGroup
-	wg.Go(func() { p.pipe(up, c); up.Close() })
+	wg.Go(func() {
+		if p.pipe(up, c) {
+			c.Close() // dropped: the client sees its connection closed
+		}
+		up.Close()
+	})
 	p.pipe(c, up)
 	c.Close()
 	wg.Wait()
 }
 
 // pipe copies src to dst, holding each chunk while the proxy is paused.
-func (p *tcpProxy) pipe(dst, src net.Conn) {
+// It reports whether it dropped a chunk of a connection DropIdle marked.
+func (p *tcpProxy) pipe(dst, src net.Conn) (dropped bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
@@ -89,17 +98,35 @@ func (p *tcpProxy) pipe(dst, src net.Conn) {
 			p.mu.Lock()
 			wait := p.resume
 			paused := p.paused
+			drop := p.idle[src]
+			delete(p.idle, src)
 			p.mu.Unlock()
+			if drop {
+				return true
+			}
 			if paused {
 				<-wait
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
+				return false
 			}
 		}
 		if err != nil {
-			return // EOF or closed: the caller closes the other side
+			return false // EOF or closed: the caller closes the other side
 		}
+	}
+}
+
+// DropIdle marks the connections open now: the next bytes one carries
+// are not forwarded, and the connection is closed on both sides, as a
+// server closes an idle keep-alive connection just as a request comes.
+// Connections opened later pass as before.
+func (p *tcpProxy) DropIdle() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.idle = map[net.Conn]bool{}
+	for c := range p.conns {
+		p.idle[c] = true
 	}
 }
 
