@@ -13,7 +13,9 @@
 #      Kubernetes API types (deploy/helm/test, its own Go module), for the
 #      default values and for Agenta's agentRunner.* values.
 #   3. compose: `docker compose config` for both files, then the stack up
-#      (host networking, stand-in images) until every service is healthy.
+#      (host networking, stand-in images) until every service is healthy,
+#      and a turn; then three replicas (docker-compose.replicas.yml) serving
+#      each session's turns sent round them, warm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -33,6 +35,10 @@ cleanup() {
   $docker rm -f runner-ci-image >/dev/null 2>&1 || true
   if [[ -f $work/compose.ci.yml ]]; then
     "$compose" -p runner-ci -f deploy/compose/docker-compose.yml -f "$work/compose.ci.yml" down -v >/dev/null 2>&1 || true
+  fi
+  if [[ -f $work/compose.replicas.ci.yml ]]; then
+    "$compose" -p runner-ci -f deploy/compose/docker-compose.yml -f deploy/compose/docker-compose.replicas.yml -f "$work/compose.ci.yml" \
+      -f "$work/compose.replicas.ci.yml" down -v --remove-orphans >/dev/null 2>&1 || true
   fi
   rm -rf "$work"
 }
@@ -219,4 +225,64 @@ if ! grep -q '"ok":true' <<<"$out"; then
   exit 1
 fi
 step "a turn on the compose stack (PostgreSQL store, S3 workspaces) passed"
-ccompose down -v >/dev/null 2>&1
+
+# Several replicas: docker-compose.replicas.yml laid over the same stack.
+# `--scale runner=3` gives every replica the same port, which host
+# networking cannot hold, so runner-2 and runner-3 are copies of the
+# rendered `runner` service (replicas file included) on ports of their
+# own; all else, the empty replica id and a data volume per container
+# among it, is the file's. Each session's turns go round the three
+# replicas: every turn must succeed, and every later one be run by the
+# replica that ran its first (forwarded to it: its harness warm).
+step "compose with several replicas: three runners on one PostgreSQL, each session's turns sent round them"
+AGENTA_RUNNER_TOKEN=$token "$compose" -f deploy/compose/docker-compose.yml -f deploy/compose/docker-compose.replicas.yml config -q
+rfiles=(-f deploy/compose/docker-compose.yml -f deploy/compose/docker-compose.replicas.yml -f "$work/compose.ci.yml")
+"$compose" -p runner-ci "${rfiles[@]}" config >"$work/rendered.yml"
+ports=("$cport" 18776 18777)
+{
+  echo "services:"
+  for i in 2 3; do
+    printf '  runner-%s:\n    extends: {file: %s, service: runner}\n    environment: {AGENTA_RUNNER_PORT: "%s"}\n' "$i" "$work/rendered.yml" "${ports[i - 1]}"
+  done
+} >"$work/compose.replicas.ci.yml"
+rcompose() { "$compose" -p runner-ci "${rfiles[@]}" -f "$work/compose.replicas.ci.yml" "$@"; }
+started=$SECONDS
+# The stack's other services are up (and its one-shot bucket made): only
+# the runners are (re)created.
+if ! rcompose up -d --wait --wait-timeout 240 --no-deps runner runner-2 runner-3 >"$work/compose-up.log" 2>&1; then
+  cat "$work/compose-up.log" >&2
+  rcompose ps -a >&2 || true
+  rcompose logs --tail 40 runner runner-2 runner-3 >&2 || true
+  echo "container ci: the three replicas did not come up healthy" >&2
+  exit 1
+fi
+ids=$(rcompose logs runner runner-2 runner-3 | grep -o 'replica registered.*' | grep -o 'replica=[^ ]*' | sort -u)
+if [[ $(wc -l <<<"$ids") != 3 ]]; then
+  echo "container ci: want three replica ids, one per replica; got: $ids" >&2
+  exit 1
+fi
+for s in 0 1 2; do
+  for t in 0 1 2 3; do
+    port=${ports[(s + t) % 3]}
+    out=$(curl -sS --max-time 60 -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
+      -d "{\"harness\":\"fake\",\"sessionId\":\"replicas-$s\",\"projectId\":\"ci\",\"messages\":[{\"role\":\"user\",\"content\":\"say turn $t\"}]}" \
+      "http://127.0.0.1:$port/run" 2>&1 || true)
+    if ! grep -q '"ok":true' <<<"$out"; then
+      echo "container ci: session $s turn $t on port $port failed: $out" >&2
+      rcompose logs --tail 40 runner runner-2 runner-3 >&2 || true
+      exit 1
+    fi
+  done
+done
+# The ledger: each session's four turns all run by one replica, its
+# first turn's (forwarded there, not taken over: a takeover runs cold).
+ledger=$(rcompose exec -T -e PGPASSWORD=runner postgres psql -h 127.0.0.1 -p 15432 -U runner -d runner -tAc \
+  "select session_id, count(*), count(distinct owner), min(status), max(status) from turns where project_id = 'ci' and session_id like 'replicas-%' group by 1 order by 1")
+want=$'replicas-0|4|1|completed|completed\nreplicas-1|4|1|completed|completed\nreplicas-2|4|1|completed|completed'
+if [[ $ledger != "$want" ]]; then
+  echo "container ci: want each session's 4 turns completed by one replica (session|turns|owners|status); the ledger says:" >&2
+  echo "$ledger" >&2
+  exit 1
+fi
+step "three replicas ($(tr '\n' ' ' <<<"$ids")) served 3 sessions x 4 turns sent round them, each session's turns by its owner ($((SECONDS - started)) s)"
+rcompose down -v >/dev/null 2>&1
