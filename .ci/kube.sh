@@ -21,8 +21,11 @@
 # Binaries (kube-apiserver, kube-controller-manager, kube-scheduler,
 # kubelet, kubectl from k8s.io/kubernetes, etcd from
 # go.etcd.io/etcd/server/v3) are built once into
-# /var/cache/runner-tools/kube-<version>/, under a lock. containerd, runc and the CNI
-# plugins come from Debian. The images (a static pause, and the sandbox
+# /var/cache/runner-tools/kube-<version>/, under a lock; gVisor's runsc and
+# its containerd shim (gvisor.dev/gvisor, a pinned pseudo-version) likewise
+# into /var/cache/runner-tools/gvisor-<version>/. containerd, runc and the CNI
+# plugins come from Debian. Pods run under runc by default and under runsc
+# with RuntimeClass gvisor (docs/kubernetes.md says how and why). The images (a static pause, and the sandbox
 # image: the debootstrap base of .ci/tools.sh plus this checkout's runner
 # and the scripted test agent) are packed here as docker archives and
 # imported into containerd: no registry, no Docker.
@@ -54,8 +57,13 @@ k8s_version=v1.34.4
 k8s_staging=v0.34.4
 etcd_version=v3.6.5
 kube_bins=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd)
+# gVisor has no tagged releases on the module proxy, only pseudo-versions
+# of its Go-buildable tree: pinned to one.
+gvisor_version=v0.0.0-20260905035102-160fafc42237
+gvisor_bins=(runsc shim containerd-shim-runsc-v1)
 tools=${RUNNER_TOOLS_DIR:-/var/cache/runner-tools}
 bin=$tools/kube-$k8s_version
+gvisor_bin=$tools/gvisor-$gvisor_version
 name=${RUNNER_KUBE_NAME:-runner-kube}
 [[ $name =~ ^[a-z0-9][a-z0-9-]{0,30}$ ]] || { echo "kube.sh: RUNNER_KUBE_NAME=$name: want [a-z0-9-], at most 31 characters" >&2; exit 2; }
 state=${RUNNER_KUBE_STATE:-/var/tmp/$name}
@@ -92,18 +100,65 @@ built() {
   for b in "${kube_bins[@]}"; do [[ -x $bin/$b ]] || return 1; done
 }
 
-# build holds a lock on the cache directory while it builds, so two CI runs
-# (or a run and a developer) never build into it at once; the second waits
-# and then finds the binaries there.
-build() {
-  built && { echo "$bin"; return; }
+gvisor_built() {
+  local b
+  for b in "${gvisor_bins[@]}"; do [[ -x $gvisor_bin/$b ]] || return 1; done
+}
+
+# locked NAME CHECK BUILD: runs BUILD under a lock on the cache entry NAME
+# unless CHECK already holds, so two CI runs (or a run and a developer)
+# never build into it at once; the second waits and then finds it built.
+locked() {
+  "$2" && return
   mkdir -p "$tools"
-  exec {lock}>"$tools/kube-$k8s_version.lock"
+  local lock
+  exec {lock}>"$tools/$1.lock"
   flock "$lock"
-  built && { echo "$bin"; exec {lock}>&-; return; }
-  build_locked
+  "$2" || "$3"
   exec {lock}>&-
+}
+
+build() {
+  locked "kube-$k8s_version" built build_locked
+  locked "gvisor-$gvisor_version" gvisor_built build_gvisor
   echo "$bin"
+}
+
+# build_gvisor builds runsc and its containerd shim (the module's shim
+# package, installed under the name containerd looks up for the runtime
+# type io.containerd.runsc.v1). One patch, at build time: the shim's start
+# lowers its daemon's OOM score to -999 and fails the pod if it may not,
+# which root here may not (no CAP_SYS_RESOURCE, the trap runc's
+# restrict_oom_score_adj answers; runsc's shim has no such knob). Patched,
+# a refusal leaves the score as inherited.
+build_gvisor() {
+  local work src; work=$(mktemp -d)
+  export GOMODCACHE=${GOMODCACHE:-$(go env GOMODCACHE)}
+  src=$(GOFLAGS=-mod=mod go mod download -json "gvisor.dev/gvisor@$gvisor_version" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  [[ -d $src ]] || die "could not download gvisor.dev/gvisor@$gvisor_version"
+  cp -r "$src" "$work/gvisor" && chmod -R u+w "$work/gvisor"
+  local m=$work/gvisor/pkg/shim/v1/manager.go
+  sed -i 's/if err := sys.SetOOMScore(cmd.Process.Pid, oomScoreMax); err != nil {/if err := sys.SetOOMScore(cmd.Process.Pid, oomScoreMax); err != nil \&\& !os.IsPermission(err) {/' "$m"
+  grep -q 'oomScoreMax); err != nil && !os.IsPermission(err)' "$m" || die "gvisor $gvisor_version: the shim's OOM score call moved; update the patch in build_gvisor"
+  log "building gVisor runsc and containerd-shim-runsc-v1 $gvisor_version (minutes on first use)"
+  (cd "$work/gvisor" && GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0 GOWORK=off \
+    go build -trimpath -ldflags=-s -o "$work/out/" ./runsc ./shim) >&2
+  mkdir -p "$gvisor_bin"
+  install -m 0755 "$work/out/shim" "$gvisor_bin/shim.tmp" && mv "$gvisor_bin/shim.tmp" "$gvisor_bin/shim"
+  # The shim is built on containerd 2's shim library, whose start prints
+  # its bootstrap parameters as JSON ({"version":2,"address":…}); Debian's
+  # containerd 1.6 reads a bare address. This wrapper, under the name
+  # containerd looks up, hands every other verb to the shim unchanged.
+  cat >"$work/wrapper" <<'EOF'
+#!/bin/bash
+shim=$(dirname "$0")/shim
+[[ ${!#} == start ]] || exec "$shim" "$@"
+out=$("$shim" "$@") || exit
+sed -n 's/.*"address":"\([^"]*\)".*/\1/p' <<<"$out"
+EOF
+  install -m 0755 "$work/wrapper" "$gvisor_bin/containerd-shim-runsc-v1.tmp" && mv "$gvisor_bin/containerd-shim-runsc-v1.tmp" "$gvisor_bin/containerd-shim-runsc-v1"
+  install -m 0755 "$work/out/runsc" "$gvisor_bin/runsc.tmp" && mv "$gvisor_bin/runsc.tmp" "$gvisor_bin/runsc"
+  rm -rf "$work"
 }
 
 build_locked() {
@@ -335,6 +390,26 @@ state = "$s/containerd/state"
     conf_dir = "$s/cni"
   [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
     runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc]
+    runtime_type = "io.containerd.runsc.v1"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc.options]
+      TypeUrl = "io.containerd.runsc.v1.options"
+      ConfigPath = "$s/containerd/runsc.toml"
+EOF
+  # gVisor's runtime (RuntimeClass gvisor). systrap needs no KVM. network
+  # host: containerd's CRI port-forward (the provider's only channel) dials
+  # the port in the pod's network namespace, where gVisor's own network
+  # stack (network sandbox) listens nowhere; see docs/kubernetes.md.
+  # oci-seccomp: apply the pod's seccomp profile inside the sandbox, which
+  # runsc otherwise ignores. Its state under this cluster's state dir, so
+  # clusters side by side never see each other's containers.
+  cat >"$s/containerd/runsc.toml" <<EOF
+binary_name = "$gvisor_bin/runsc"
+root = "$s/runsc"
+[runsc_config]
+  platform = "systrap"
+  network = "host"
+  oci-seccomp = "true"
 EOF
   cat >"$s/kubelet/config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -363,7 +438,8 @@ EOF
   }
   run etcd "$bin/etcd" --data-dir "$s/etcd" --listen-client-urls http://127.0.0.1:2379 \
     --advertise-client-urls http://127.0.0.1:2379 --listen-peer-urls http://127.0.0.1:2380 --unsafe-no-fsync
-  run containerd containerd --config "$s/containerd/config.toml"
+  # containerd finds a runtime type's shim on its PATH.
+  run containerd env PATH="$gvisor_bin:$PATH" containerd --config "$s/containerd/config.toml"
   start_apiserver
   run relay socat UNIX-LISTEN:"$s/apiserver.sock",fork,unlink-early TCP:127.0.0.1:6443,nodelay
   local i
@@ -429,7 +505,7 @@ up() {
   ip netns add "$netns"
   # setsid: the cluster outlives this script; `down` stops it by pid.
   state=$state bin=$bin setsid nsenter --net="/run/netns/$netns" unshare --mount --propagation slave \
-    bash -c "$(declare -f inner start_apiserver wait_apiserver); $(declare -p state bin node_ip pod_cidr svc_cidr node name); inner" \
+    bash -c "$(declare -f inner start_apiserver wait_apiserver); $(declare -p state bin gvisor_bin node_ip pod_cidr svc_cidr node name); inner" \
     </dev/null >"$state/inner.log" 2>&1 &
   echo $! >"$state/nsenter.pid"
   local i
@@ -462,7 +538,12 @@ up() {
   "${kc[@]}" -n "$sandbox_ns" create role limited --verb=get,list,watch,create,delete --resource=pods >/dev/null
   "${kc[@]}" -n "$sandbox_ns" create rolebinding limited --role=limited --user=runner-limited >/dev/null
   volumes
+  # RuntimeClass gvisor: pods naming it run under runsc (containerd's
+  # runtime of that handler, configured in inner).
+  printf 'apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {name: gvisor}\nhandler: runsc\n' |
+    "${kc[@]}" apply -f - >/dev/null
   smoke
+  smoke gvisor
   echo "$state/kubeconfig"
 }
 
@@ -503,21 +584,25 @@ EOF
   "${kc[@]}" apply -f "$y" >/dev/null
 }
 
-# smoke: a pod of the sandbox image runs, and exec reaches it through the
-# API server (kubectl, itself client-go); the provider's tests go further.
+# smoke [RUNTIMECLASS]: a pod of the sandbox image runs (under that
+# RuntimeClass), and exec reaches it through the API server (kubectl,
+# itself client-go); the provider's tests go further.
 smoke() {
   local kc=("$bin/kubectl" --kubeconfig "$state/kubeconfig" -n "$sandbox_ns")
-  local t0=$SECONDS
-  "${kc[@]}" run kube-smoke --image=runner.local/sandbox:ci --restart=Never --command -- sleep 600 >/dev/null
-  if ! "${kc[@]}" wait --for=condition=Ready pod/kube-smoke --timeout=180s >/dev/null; then
-    "${kc[@]}" describe pod kube-smoke >&2 || true
+  local t0=$SECONDS rc=${1:-} pod=kube-smoke${1:+-$1}
+  "${kc[@]}" run "$pod" --image=runner.local/sandbox:ci --restart=Never \
+    ${rc:+--overrides="{\"apiVersion\":\"v1\",\"spec\":{\"runtimeClassName\":\"$rc\"}}"} --command -- sleep 600 >/dev/null
+  if ! "${kc[@]}" wait --for=condition=Ready "pod/$pod" --timeout=180s >/dev/null; then
+    "${kc[@]}" describe pod "$pod" >&2 || true
     tail -30 "$state/logs/kubelet.log" >&2
-    die "the smoke pod did not become Ready"
+    die "the smoke pod $pod did not become Ready"
   fi
-  local out; out=$("${kc[@]}" exec kube-smoke -- echo smoke-ok)
-  [[ $out == smoke-ok ]] || die "exec in the smoke pod said $out"
-  "${kc[@]}" delete pod kube-smoke --grace-period=0 --force >/dev/null 2>&1
-  log "a pod ran and answered exec in $((SECONDS - t0)) s"
+  # Under gVisor the kernel the pod sees is gVisor's (dmesg is its own).
+  local out; out=$("${kc[@]}" exec "$pod" -- sh -c 'echo smoke-ok; dmesg 2>/dev/null | grep -c gVisor || true')
+  [[ $out == smoke-ok* ]] || die "exec in the smoke pod $pod said $out"
+  if [[ -n $rc && ${out#*$'\n'} == 0 ]]; then die "the smoke pod $pod (RuntimeClass $rc) does not run under gVisor"; fi
+  "${kc[@]}" delete pod "$pod" --grace-period=0 --force >/dev/null 2>&1
+  log "a pod${rc:+ under RuntimeClass $rc} ran and answered exec in $((SECONDS - t0)) s"
 }
 
 # restart_apiserver stops the API server and starts it again, for the

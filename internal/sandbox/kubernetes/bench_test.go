@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/sandbox"
+	"github.com/agentrunner/runner/internal/sandbox/kubernetes"
 	"github.com/agentrunner/runner/internal/sandbox/sandboxtest"
 )
 
@@ -43,16 +44,7 @@ func BenchmarkClusterStartRoundTrip(b *testing.B) {
 	}
 	defer sb.Destroy(context.Background())
 	for b.Loop() {
-		proc, err := sb.Start(b.Context(), sandbox.Cmd{Path: "cat", Env: sandboxtest.Env(sb)})
-		if err != nil {
-			b.Fatal(err)
-		}
-		io.WriteString(proc.Stdin(), "ping\n")
-		if _, err := bufio.NewReader(proc.Stdout()).ReadString('\n'); err != nil {
-			b.Fatal(err)
-		}
-		proc.Kill()
-		proc.Wait()
+		roundTrip(b, sb)
 	}
 }
 
@@ -81,4 +73,61 @@ func BenchmarkClusterParkResume(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(pause.Milliseconds())/float64(b.N), "pause-ms/op")
+}
+
+// BenchmarkClusterRuntimes: runc (the cluster's default) and gVisor (the
+// gvisor RuntimeClass) side by side, interleaved in each iteration so both
+// see the same load: a cold Create to the daemon answering, then a process
+// started and one line through it in a sandbox made before the loop.
+// Destroy is outside the figures.
+func BenchmarkClusterRuntimes(b *testing.B) {
+	runtimes := []struct {
+		name  string
+		class string
+	}{{"runc", ""}, {"gvisor", gvisorClass}}
+	f := figures{}
+	warm := map[string]sandbox.Sandbox{}
+	providers := map[string]*kubernetes.Provider{}
+	for _, r := range runtimes {
+		providers[r.name] = newProvider(b, func(c *kubernetes.Config) { c.RuntimeClassName = r.class })
+		sb, err := providers[r.name].Create(b.Context(), sandbox.Spec{SessionID: "bench-runtime-rt"})
+		if err != nil {
+			b.Fatalf("%s: %v", r.name, err)
+		}
+		defer sb.Destroy(context.Background())
+		warm[r.name] = sb
+	}
+	for b.Loop() {
+		for _, r := range runtimes {
+			t0 := time.Now()
+			sb, err := providers[r.name].Create(b.Context(), sandbox.Spec{SessionID: "bench-runtime-create"})
+			if err != nil {
+				b.Fatalf("%s: %v", r.name, err)
+			}
+			f.add(r.name+"-create", time.Since(t0))
+			b.StopTimer()
+			if err := sb.Destroy(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+			t0 = time.Now()
+			roundTrip(b, warm[r.name])
+			f.add(r.name+"-start-rt", time.Since(t0))
+		}
+	}
+	f.report(b)
+}
+
+// roundTrip starts cat in sb and sends one line through it.
+func roundTrip(b *testing.B, sb sandbox.Sandbox) {
+	proc, err := sb.Start(b.Context(), sandbox.Cmd{Path: "cat", Env: sandboxtest.Env(sb)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	io.WriteString(proc.Stdin(), "ping\n")
+	if _, err := bufio.NewReader(proc.Stdout()).ReadString('\n'); err != nil {
+		b.Fatal(err)
+	}
+	proc.Kill()
+	proc.Wait()
 }

@@ -160,14 +160,47 @@ func create(t *testing.T, p sandbox.Provider, spec sandbox.Spec) sandbox.Sandbox
 	return sb
 }
 
-func TestClusterConformance(t *testing.T) {
-	p := newProvider(t)
-	sandboxtest.Run(t, func(*testing.T) sandbox.Provider { return p })
+// gvisorClass is the RuntimeClass .ci/kube.sh makes for gVisor (handler
+// runsc).
+const gvisorClass = "gvisor"
+
+// eachRuntime runs f once under the cluster's default runtime (runc on the
+// test cluster) and once under the gvisor RuntimeClass, as subtests named
+// "default" and "gvisor", with the provider option that selects it. A
+// cluster without that RuntimeClass skips the gvisor subtest saying so; in
+// CI (CI=true) it fails, since .ci/kube.sh always makes it.
+func eachRuntime(t *testing.T, f func(t *testing.T, runtime func(*kubernetes.Config))) {
+	t.Run("default", func(t *testing.T) { f(t, func(*kubernetes.Config) {}) })
+	t.Run(gvisorClass, func(t *testing.T) {
+		_, err := admin(t).NodeV1().RuntimeClasses().Get(t.Context(), gvisorClass, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err) && os.Getenv("CI") == "true":
+			t.Fatalf("the test cluster has no RuntimeClass %s in CI: .ci/kube.sh up makes it", gvisorClass)
+		case apierrors.IsNotFound(err):
+			t.Skipf("the cluster has no RuntimeClass %s (.ci/kube.sh up makes one, handler runsc)", gvisorClass)
+		case err != nil:
+			t.Fatalf("RuntimeClass %s: %v", gvisorClass, err)
+		}
+		f(t, func(c *kubernetes.Config) { c.RuntimeClassName = gvisorClass })
+	})
 }
 
-// The pod is hardened as documented: read the kubelet's view of it.
+func TestClusterConformance(t *testing.T) {
+	eachRuntime(t, func(t *testing.T, runtime func(*kubernetes.Config)) {
+		p := newProvider(t, runtime)
+		sandboxtest.Run(t, func(*testing.T) sandbox.Provider { return p })
+	})
+}
+
+// The pod is hardened as documented: read the kubelet's view of it. Under
+// gVisor the process sees gVisor's kernel, which reports the same
+// (runsc applies the pod's seccomp profile itself: oci-seccomp).
 func TestClusterPodHardened(t *testing.T) {
-	p := newProvider(t)
+	eachRuntime(t, testPodHardened)
+}
+
+func testPodHardened(t *testing.T, runtime func(*kubernetes.Config)) {
+	p := newProvider(t, runtime)
 	sb := create(t, p, sandbox.Spec{})
 	out, err := sandboxtest.Sh(t, sb, `id -u; grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status; touch /usr/x 2>&1 || echo rootfs-ro; env`)
 	if err != nil {
@@ -435,7 +468,11 @@ func parkingProvider(t *testing.T) *kubernetes.Provider { return newProvider(t, 
 // keeps the claim; Open makes a new pod with the workspace and $HOME as
 // they were; Destroy deletes the claim too.
 func TestClusterParkResume(t *testing.T) {
-	p := parkingProvider(t)
+	eachRuntime(t, testParkResume)
+}
+
+func testParkResume(t *testing.T, runtime func(*kubernetes.Config)) {
+	p := newProvider(t, parking, runtime)
 	sb := create(t, p, sandbox.Spec{})
 	id := sb.Info().ID
 	if _, err := sandboxtest.Sh(t, sb, `echo kept > w && echo home > "$HOME/h" && mkdir -p d && echo deep > d/f`); err != nil {
