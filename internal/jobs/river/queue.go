@@ -154,6 +154,19 @@ type Queue struct {
 
 var _ jobs.Queue = (*Queue)(nil)
 
+// sqliteDriver is River's SQLite driver without its emulated
+// LISTEN/NOTIFY: an outbox table its listener polls every 50 ms, whatever
+// the load, where an idle runner spent most of its CPU (with the fetch
+// poll, 1.8 s per 30 s). The SQLite file is this replica's alone, so
+// nothing another process writes needs to wake it: without a listener
+// River runs poll-only, and a job inserted here wakes this process's
+// fetcher directly, at once; a run whose snooze or retry delay ended is
+// fetched at the next poll (FetchPollInterval).
+type sqliteDriver struct{ *riversqlite.Driver }
+
+func (sqliteDriver) SupportsListener() bool     { return false }
+func (sqliteDriver) SupportsListenNotify() bool { return false }
+
 // OpenSQLite opens (creating) the jobs database at path, runs River's
 // migrations and the queue's own, and returns the queue, not yet started.
 // One replica only: SQLite is this replica's own file.
@@ -165,7 +178,7 @@ func OpenSQLite(ctx context.Context, path string, cfg Config, turns Turns) (*Que
 	// One connection: SQLite has one writer, and River's statements and
 	// ours then queue in the pool instead of failing busy.
 	db.SetMaxOpenConns(1)
-	q, err := open(ctx, riversqlite.New(db), &table{db: db}, cfg, turns, true)
+	q, err := open(ctx, sqliteDriver{riversqlite.New(db)}, &table{db: db}, cfg, turns, true)
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("jobs database %s: %w", path, err)
@@ -248,10 +261,13 @@ func open[TTx any](ctx context.Context, drv riverdriver.Driver[TTx], tab *table,
 			queueControl: {MaxWorkers: 4},
 		},
 		Workers: workers,
-		// A freed worker fetches at the next poll: SQLite has no
-		// LISTEN/NOTIFY, and even PostgreSQL's notifies only inserts.
+		// A job inserted by this process wakes its fetcher (SQLite),
+		// or LISTEN/NOTIFY does (PostgreSQL), and a freed worker fetches
+		// at once after a full fetch: the poll is the fallback, for a
+		// snoozed or retried run whose time came and a notification
+		// lost. At 100 ms it was most of an idle runner's CPU.
 		FetchCooldown:     20 * time.Millisecond,
-		FetchPollInterval: 100 * time.Millisecond,
+		FetchPollInterval: time.Second,
 		// River's rescuer takes only runs older than their timeout for
 		// dead (none, with no timeout): the attempt's context ends at
 		// RescueAfter, which does not stop its turn (a session's turn
