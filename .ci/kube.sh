@@ -395,6 +395,11 @@ state = "$s/containerd/state"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc.options]
       TypeUrl = "io.containerd.runsc.v1.options"
       ConfigPath = "$s/containerd/runsc.toml"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc-netstack]
+    runtime_type = "io.containerd.runsc.v1"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc-netstack.options]
+      TypeUrl = "io.containerd.runsc.v1.options"
+      ConfigPath = "$s/containerd/runsc-netstack.toml"
 EOF
   # gVisor's runtime (RuntimeClass gvisor). systrap needs no KVM. network
   # host: containerd's CRI port-forward (the provider's only channel) dials
@@ -411,6 +416,9 @@ root = "$s/runsc"
   network = "host"
   oci-seccomp = "true"
 EOF
+  # runsc-netstack (RuntimeClass gvisor-netstack): gVisor's default network
+  # stack, for the test that the provider's error says why it cannot work.
+  sed 's/network = "host"/network = "sandbox"/' "$s/containerd/runsc.toml" >"$s/containerd/runsc-netstack.toml"
   cat >"$s/kubelet/config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -539,8 +547,9 @@ up() {
   "${kc[@]}" -n "$sandbox_ns" create rolebinding limited --role=limited --user=runner-limited >/dev/null
   volumes
   # RuntimeClass gvisor: pods naming it run under runsc (containerd's
-  # runtime of that handler, configured in inner).
-  printf 'apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {name: gvisor}\nhandler: runsc\n' |
+  # runtime of that handler, configured in inner); gvisor-netstack likewise
+  # with gVisor's own network stack.
+  printf 'apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {name: gvisor}\nhandler: runsc\n---\napiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {name: gvisor-netstack}\nhandler: runsc-netstack\n' |
     "${kc[@]}" apply -f - >/dev/null
   smoke
   smoke gvisor

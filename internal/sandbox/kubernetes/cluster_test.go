@@ -185,6 +185,34 @@ func eachRuntime(t *testing.T, f func(t *testing.T, runtime func(*kubernetes.Con
 	})
 }
 
+// Under gVisor's own network stack (RuntimeClass gvisor-netstack, which
+// .ci/kube.sh makes) the port-forward is refused inside the pod's network
+// namespace for good: Create fails saying why and what to set, not only
+// that the daemon did not answer. The wait is cut short by the context; the
+// error carries the last refusal.
+func TestClusterGvisorNetstackRefused(t *testing.T) {
+	const class = "gvisor-netstack"
+	if _, err := admin(t).NodeV1().RuntimeClasses().Get(t.Context(), class, metav1.GetOptions{}); err != nil {
+		if apierrors.IsNotFound(err) && os.Getenv("CI") != "true" {
+			t.Skipf("the cluster has no RuntimeClass %s (.ci/kube.sh up makes one)", class)
+		}
+		t.Fatalf("RuntimeClass %s: %v", class, err)
+	}
+	p := newProvider(t, func(c *kubernetes.Config) { c.RuntimeClassName = class })
+	ctx, cancel := context.WithTimeout(t.Context(), 45*time.Second)
+	defer cancel()
+	_, err := p.Create(ctx, sandbox.Spec{SessionID: t.Name()})
+	if err == nil {
+		t.Fatal("Create under gVisor's netstack succeeded: the port-forward reached the daemon")
+	}
+	for _, want := range []string{"inside namespace", "RuntimeClass " + class + ": a runtime with its own network stack", `network = "host"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Create: %v\nwant it to say %q", err, want)
+		}
+	}
+	expectNoPods(t, p)
+}
+
 func TestClusterConformance(t *testing.T) {
 	eachRuntime(t, func(t *testing.T, runtime func(*kubernetes.Config)) {
 		p := newProvider(t, runtime)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -106,6 +107,17 @@ func (f *forwarder) DialContext(ctx context.Context, _, _ string) (net.Conn, err
 	c := &streamConn{conn: conn, data: data, errs: errStream, done: make(chan struct{})}
 	go c.watchErrors()
 	return c, nil
+}
+
+// runtimeHint says why a port-forward refused inside the pod's network
+// namespace fails under a RuntimeClass: a runtime with its own network
+// stack (gVisor's default) listens where the container runtime's
+// port-forward never dials, and the daemon looks down for good.
+func (p *Provider) runtimeHint(err error) string {
+	if p.cfg.RuntimeClassName == "" || !strings.Contains(err.Error(), "inside namespace") {
+		return ""
+	}
+	return fmt.Sprintf(" (RuntimeClass %s: a runtime with its own network stack cannot be port-forwarded to; for gVisor set network = \"host\" in its runsc configuration, see docs/kubernetes.md)", p.cfg.RuntimeClassName)
 }
 
 // drop forgets conn when it is still the current one, so the next dial

@@ -302,7 +302,7 @@ func (p *Provider) attach(ctx context.Context, pod *corev1.Pod, log *slog.Logger
 	h, err := newClient(20).Health(ctx)
 	if err != nil {
 		fw.Close()
-		return nil, fmt.Errorf("kubernetes sandbox %s: daemon health: %w", name, err)
+		return nil, fmt.Errorf("kubernetes sandbox %s: daemon health: %w%s", name, err, p.runtimeHint(err))
 	}
 	s := &Sandbox{
 		parked: p.parking(),

@@ -200,7 +200,10 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		resp, err := c.cfg.HTTPClient.Do(req)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				// With the earlier attempts' reason, as a cancelled sleep
+				// between them keeps it: a deadline cutting a wait short
+				// should still say what was failing.
+				return nil, errors.Join(ctx.Err(), last)
 			}
 			last = errdefs.With(errdefs.ErrUnavailable, fmt.Errorf("sandboxd %s %s: %w", method, path, err))
 			continue
