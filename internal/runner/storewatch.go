@@ -101,12 +101,19 @@ func (s *Service) storeFailed(what string, err error) error {
 
 // retryOutcome records that the turn rec (its begin committed, or not)
 // failed because its commit did: the StoreWatch writes it once the store
-// takes writes again, so the ledger never shows it running for good.
+// takes writes again, so the ledger never shows it running for good. It
+// asks for a pass now: the failure's own wake came before rec was queued,
+// and a pass that ran in between found the store healthy and nothing to
+// write, which left the turn running in the ledger for a whole period.
 func (s *Service) retryOutcome(rec store.Turn, cause error) {
 	rec.Status, rec.Error = store.TurnFailed, cause.Error()
 	s.health.mu.Lock()
 	s.health.pending[turnRef{rec.Key(), rec.Index}] = rec
 	s.health.mu.Unlock()
+	select {
+	case s.health.wake <- struct{}{}:
+	default: // a pass is asked for already; it reads pending when it runs
+	}
 }
 
 // StoreWatch probes the store (store.Prober) every interval, and with a
