@@ -120,6 +120,7 @@ locked() {
 
 build() {
   locked "kube-$k8s_version" built build_locked
+  [[ $policy == none ]] || locked "kube-router-$kube_router_version" policy_built build_policy
   locked "gvisor-$gvisor_version" gvisor_built build_gvisor
   echo "$bin"
 }
@@ -551,6 +552,7 @@ up() {
   # with gVisor's own network stack.
   printf 'apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {name: gvisor}\nhandler: runsc\n---\napiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {name: gvisor-netstack}\nhandler: runsc-netstack\n' |
     "${kc[@]}" apply -f - >/dev/null
+  policy_up
   smoke
   smoke gvisor
   echo "$state/kubeconfig"
@@ -591,6 +593,108 @@ spec:
 EOF
   done
   "${kc[@]}" apply -f "$y" >/dev/null
+}
+
+# --- NetworkPolicy controller ----------------------------------------------
+
+# The CNI bridge plugin enforces no NetworkPolicy. kube-router, run as a
+# policy controller only (no routing, no service proxy) beside it, does:
+# it watches pods, namespaces and NetworkPolicies and writes iptables and
+# ipset rules in the cluster's netns (pod-to-pod traffic crosses the
+# bridge, hence bridge-nf-call-iptables, a per-netns sysctl).
+# RUNNER_KUBE_POLICY=none starts the cluster without it, to see what a
+# cluster that does not enforce NetworkPolicy looks like.
+kube_router_version=v2.1.0
+policy_dir=$tools/kube-router-$kube_router_version
+policy=${RUNNER_KUBE_POLICY:-kube-router}
+
+policy_built() { [[ -x $policy_dir/kube-router ]]; }
+
+build_policy() {
+  local work src; work=$(mktemp -d)
+  src=$(GOFLAGS=-mod=mod GOWORK=off go mod download -json "github.com/cloudnativelabs/kube-router/v2@$kube_router_version" |
+    sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  [[ -d $src ]] || die "could not download github.com/cloudnativelabs/kube-router/v2@$kube_router_version"
+  cp -r "$src" "$work/src" && chmod -R u+w "$work/src"
+  log "building kube-router $kube_router_version (minutes on first use)"
+  (cd "$work/src" && GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0 GOWORK=off \
+    go build -trimpath -ldflags=-s -o "$work/kube-router" ./cmd/kube-router) >&2
+  mkdir -p "$policy_dir"
+  install -m 0755 "$work/kube-router" "$policy_dir/kube-router.tmp" && mv "$policy_dir/kube-router.tmp" "$policy_dir/kube-router"
+  rm -rf "$work"
+}
+
+# policy_up starts kube-router in the netns under a service account of its
+# own, bound to a ClusterRole that reads what it needs and nothing more,
+# and waits until it has written its chains.
+policy_up() {
+  case $policy in
+    none) log "RUNNER_KUBE_POLICY=none: no NetworkPolicy controller, policies are advisory"; return 0 ;;
+    kube-router) ;;
+    *) die "RUNNER_KUBE_POLICY=$policy: want kube-router or none" ;;
+  esac
+  apt_install iptables ipset
+  locked "kube-router-$kube_router_version" policy_built build_policy
+  local kc=("$bin/kubectl" --kubeconfig "$state/kubeconfig") i
+  "${kc[@]}" apply -f - >/dev/null <<'RBAC'
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: kube-router, namespace: kube-system}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: kube-router}
+rules:
+- apiGroups: [""]
+  resources: [pods, namespaces, nodes, services, endpoints]
+  verbs: [get, list, watch]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, list, watch]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [get, list, watch]
+- apiGroups: ["", events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: kube-router}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: kube-router}
+subjects: [{kind: ServiceAccount, name: kube-router, namespace: kube-system}]
+RBAC
+  local token; token=$("${kc[@]}" -n kube-system create token kube-router --duration=48h)
+  (umask 077; cat >"$state/pki/kube-router.kubeconfig") <<KC
+apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: "https://127.0.0.1:6443", certificate-authority: $state/pki/ca.crt}
+users:
+- name: u
+  user: {token: "$token"}
+contexts:
+- name: c
+  context: {cluster: c, user: u}
+current-context: c
+KC
+  # Outside the cluster's mount namespace (it needs none of its mounts);
+  # `down` stops it by its pid file, and the netns's pid list.
+  setsid nsenter --net="/run/netns/$netns" sh -c 'echo 1 >/proc/sys/net/bridge/bridge-nf-call-iptables && exec "$@"' sh \
+    "$policy_dir/kube-router" --kubeconfig="$state/pki/kube-router.kubeconfig" --hostname-override="$node" \
+    --run-firewall=true --run-router=false --run-service-proxy=false --enable-ipv6=false \
+    --service-cluster-ip-range="$svc_cidr" \
+    --metrics-port=0 </dev/null >"$state/logs/kube-router.log" 2>&1 &
+  echo $! >"$state/kube-router.pid"
+  for i in $(seq 1 240); do
+    ip netns exec "$netns" iptables -S KUBE-ROUTER-FORWARD >/dev/null 2>&1 && break
+    kill -0 "$(cat "$state/kube-router.pid")" 2>/dev/null || break
+    sleep 0.5
+  done
+  ip netns exec "$netns" iptables -S KUBE-ROUTER-FORWARD >/dev/null 2>&1 ||
+    { tail -30 "$state/logs/kube-router.log" >&2; die "kube-router wrote no iptables chains"; }
+  log "NetworkPolicy enforced by kube-router $kube_router_version (policy controller only)"
 }
 
 # smoke [RUNTIMECLASS]: a pod of the sandbox image runs (under that

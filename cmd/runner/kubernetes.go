@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/agentrunner/runner/internal/config"
-	"github.com/agentrunner/runner/internal/logkey"
 	"github.com/agentrunner/runner/internal/sandbox/kubernetes"
 )
 
@@ -87,15 +86,13 @@ func newKubernetes(cfg config.Config, replica string, log *slog.Logger) (*kubern
 	}
 	log.Info("kubernetes sandboxes", "namespace", k.Namespace, "image", k.Image, "runtime_class", k.RuntimeClass, "storage_class", k.StorageClass)
 	// The API accepts a NetworkPolicy whether or not anything enforces it:
-	// the admin must know when nothing seems to (enforce.go says what can
-	// be told and what cannot).
-	switch e, err := p.DetectPolicyEnforcement(ctx); {
-	case err != nil:
-		log.Warn("kubernetes sandboxes: could not tell whether the cluster enforces NetworkPolicy; network off and allowlist are NetworkPolicies, advisory on a CNI that does not implement them (docs/kubernetes.md)", logkey.Error, err)
-	case len(e.CNIs) == 0:
-		log.Warn("KUBERNETES SANDBOX NETWORK POLICY MAY NOT BE ENFORCED: "+e.String()+"; check the cluster's CNI before relying on network off or allowlist (docs/kubernetes.md)", "detected", false)
-	default:
-		log.Info("kubernetes sandboxes: "+e.String()+" (a heuristic: docs/kubernetes.md)", "detected", true)
+	// the admin must know when nothing does. The probe (a pod, seconds)
+	// runs in the background so as not to hold up readiness; the
+	// heuristic is its fallback (enforce.go, probe.go).
+	if k.PolicyProbe {
+		p.StartPolicyProbe(3 * time.Minute)
+	} else {
+		p.ReportPolicyEnforcement(ctx)
 	}
 	return p, nil
 }

@@ -77,6 +77,9 @@ type Kubernetes struct {
 	MaxWarm        int
 	StorageClass   string // empty: no parking
 	VolumeSize     string // a resource quantity
+	// PolicyProbe: at boot, one probe pod tells whether NetworkPolicy is
+	// enforced (off: only the API-group heuristic).
+	PolicyProbe bool
 }
 
 // HTTP configures the service's listener, its callers and its connections.

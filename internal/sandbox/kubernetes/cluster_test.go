@@ -558,8 +558,10 @@ func TestClusterParkedClaimDeleted(t *testing.T) {
 	}
 }
 
-// The test cluster's CNI is the plain bridge plugin, which enforces no
-// NetworkPolicy: the boot check says so.
+// The test cluster's CNI is the plain bridge plugin, and its policy
+// controller (kube-router) serves no API group: the heuristic finds no
+// enforcing CNI (where the probe, TestClusterPolicyProbe, finds the
+// policy enforced).
 func TestClusterPolicyEnforcementDetected(t *testing.T) {
 	p := newProvider(t)
 	e, err := p.DetectPolicyEnforcement(t.Context())

@@ -31,8 +31,17 @@ var enforcers = []struct{ group, cni string }{
 }
 
 // PolicyEnforcement is what the boot check found about NetworkPolicy
-// enforcement on the cluster.
+// enforcement on the cluster: the probe's finding when it ran, else the
+// heuristic's.
 type PolicyEnforcement struct {
+	// Probed says the probe pod ran to a finding (Enforced, Target);
+	// false: CNIs and Groups are the heuristic's.
+	Probed bool
+	// Enforced: under a deny-all-egress policy the probe pod could not
+	// dial Target, which it dialled with all egress allowed.
+	Enforced bool
+	// Target is the address the probe dialled (its node's kubelet).
+	Target string
 	// CNIs are the NetworkPolicy-enforcing CNIs whose API groups the
 	// cluster serves; none means none of the known ones was found.
 	CNIs []string
@@ -42,6 +51,13 @@ type PolicyEnforcement struct {
 
 // String says what was found, for the boot log and /health.
 func (e PolicyEnforcement) String() string {
+	switch {
+	case e.Probed && e.Enforced:
+		return "NetworkPolicy enforced (probed: a pod under a deny-all-egress policy could not reach " + e.Target + ", which it reached with egress allowed)"
+	case e.Probed:
+		return "NetworkPolicy is not enforced by this cluster's CNI: sandbox network modes off/on/allowlist are advisory (a probe pod under a deny-all-egress policy still reached " +
+			e.Target + "); install a CNI or policy controller that enforces NetworkPolicy (Calico, Cilium, kube-router, ...)"
+	}
 	if len(e.CNIs) == 0 {
 		return "no NetworkPolicy-enforcing CNI detected (none of the API groups of " + knownCNIs() +
 			" is served): network off and allowlist may be advisory on this cluster"

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/netip"
 	"regexp"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -85,6 +86,11 @@ type Provider struct {
 	pods   podWatch
 	// enforcement is what DetectPolicyEnforcement found (nil: not asked).
 	enforcement atomic.Pointer[PolicyEnforcement]
+	// The background NetworkPolicy probe (StartPolicyProbe), which Close
+	// stops and waits for.
+	probeMu   sync.Mutex
+	probeStop context.CancelFunc
+	probeDone chan struct{}
 }
 
 var (

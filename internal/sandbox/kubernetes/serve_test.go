@@ -119,6 +119,9 @@ func startServe(t testing.TB, env ...string) *serve {
 		"AGENTA_RUNNER_KUBERNETES_PENDING_TIMEOUT_MS=180000",
 		// The image's scripted agent; the test binary is not in the pod.
 		"AGENTA_RUNNER_HARNESS_FAKE=/usr/local/bin/fakeagent",
+		// No boot probe pod among the turns' pods (TestClusterPolicyProbe
+		// and TestClusterServePolicyProbe turn it on).
+		"AGENTA_RUNNER_KUBERNETES_POLICY_PROBE=off",
 	}, env...)...)
 }
 

@@ -36,10 +36,11 @@ type podWatch struct {
 	attached map[types.UID]map[*Sandbox]bool
 }
 
-// Close stops the provider's watch on its pods (started with its first
-// sandbox) and waits for it. The sandboxes themselves are not touched:
-// park or destroy them first.
+// Close stops the NetworkPolicy probe if it runs and the provider's watch
+// on its pods (started with its first sandbox), and waits for both. The
+// sandboxes themselves are not touched: park or destroy them first.
 func (p *Provider) Close() error {
+	p.stopProbe()
 	p.pods.close()
 	return nil
 }
