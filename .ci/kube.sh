@@ -23,12 +23,14 @@
 # go.etcd.io/etcd/server/v3) are built once into
 # /var/cache/runner-tools/kube-<version>/, under a lock; gVisor's runsc and
 # its containerd shim (gvisor.dev/gvisor, a pinned pseudo-version) likewise
-# into /var/cache/runner-tools/gvisor-<version>/. containerd, runc and the CNI
-# plugins come from Debian. Pods run under runc by default and under runsc
-# with RuntimeClass gvisor (docs/kubernetes.md says how and why). The images (a static pause, and the sandbox
-# image: the debootstrap base of .ci/tools.sh plus this checkout's runner
-# and the scripted test agent) are packed here as docker archives and
-# imported into containerd: no registry, no Docker.
+# into /var/cache/runner-tools/gvisor-<version>/, and kube-router (the
+# NetworkPolicy controller, see policy_up) into kube-router-<version>/.
+# containerd, runc, the CNI plugins, iptables and ipset come from Debian.
+# Pods run under runc by default and under runsc with RuntimeClass gvisor
+# (docs/kubernetes.md says how and why). The images (a static pause, and
+# the sandbox image: the debootstrap base of .ci/tools.sh plus this
+# checkout's runner and the scripted test agent) are packed here as docker
+# archives and imported into containerd: no registry, no Docker.
 #
 # Network rule: the node (192.0.2.1 on a veth pair whose both ends stay in
 # the namespace), pods (198.51.100.0/24) and services (203.0.113.0/24)

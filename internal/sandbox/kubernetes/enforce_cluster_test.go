@@ -133,6 +133,9 @@ func eventuallyDial(t *testing.T, sb sandbox.Sandbox, addr string, want bool) er
 	host, port, _ := net.SplitHostPort(addr)
 	script := fmt.Sprintf(`timeout 2 bash -c 'exec 3<>/dev/tcp/%s/%s' 2>/dev/null && echo open || echo closed`, host, port)
 	deadline := time.Now().Add(time.Minute)
+	// Paced: each dial is an exec stream through the API server.
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
 	var last string
 	for n := 1; ; n++ {
 		out, err := sandboxtest.Sh(t, sb, script)
@@ -147,6 +150,7 @@ func eventuallyDial(t *testing.T, sb sandbox.Sandbox, addr string, want bool) er
 			return fmt.Errorf("still %s after %d dials in a minute, want %s (NetworkPolicy not enforced? .ci/kube.sh up starts kube-router unless RUNNER_KUBE_POLICY=none)",
 				last, n, map[bool]string{true: "open", false: "closed"}[want])
 		}
+		<-tick.C
 	}
 }
 

@@ -33,6 +33,9 @@ import (
 // rules (controllers apply them asynchronously, in seconds).
 const probeSettle = 30 * time.Second
 
+// probePace spaces the probe's dials.
+const probePace = 500 * time.Millisecond
+
 // probeKubeletPort is the kubelet's default port, the probe's target.
 const probeKubeletPort = "10250"
 
@@ -166,6 +169,9 @@ func dialUntil(ctx context.Context, sb sandbox.Sandbox, target string, want bool
 	host, port, _ := net.SplitHostPort(target)
 	script := fmt.Sprintf(`timeout 2 bash -c 'exec 3<>/dev/tcp/%s/%s' 2>/dev/null && echo open || echo closed`, host, port)
 	deadline := time.Now().Add(probeSettle)
+	// Paced: each dial is an exec stream through the API server.
+	tick := time.NewTicker(probePace)
+	defer tick.Stop()
 	for {
 		out, err := run(ctx, sb, script)
 		if err != nil {
@@ -181,6 +187,11 @@ func dialUntil(ctx context.Context, sb sandbox.Sandbox, target string, want bool
 		}
 		if time.Now().After(deadline) {
 			return false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, fmt.Errorf("kubernetes: network policy probe: dial %s: %w", target, ctx.Err())
+		case <-tick.C:
 		}
 	}
 }
