@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/agentrunner/runner/internal/sandbox"
+	"github.com/agentrunner/runner/internal/sandbox/kubernetes"
 	"github.com/agentrunner/runner/internal/sandbox/sandboxtest"
 )
 
@@ -27,8 +28,14 @@ import (
 // enforcing controller the "off" sandbox still connects and the test fails
 // saying so. Deleting a policy behind the provider's back shows both
 // targets were reachable all along: the policy made the difference.
+// Under gVisor too: its pods' traffic still leaves through the pod's veth,
+// where the controller's rules are.
 func TestClusterNetworkPolicyEnforced(t *testing.T) {
-	p := newProvider(t)
+	eachRuntime(t, testNetworkPolicyEnforced)
+}
+
+func testNetworkPolicyEnforced(t *testing.T, runtime func(*kubernetes.Config)) {
+	p := newProvider(t, runtime)
 	listener, node := policyTargets(t)
 	off := create(t, p, sandbox.Spec{Network: sandbox.Network{Mode: "off"}})
 	on := create(t, p, sandbox.Spec{Network: sandbox.Network{Mode: "on"}})
