@@ -36,7 +36,7 @@ func newKubernetes(cfg config.Config, replica string, log *slog.Logger) (*kubern
 		errs = append(errs, fmt.Errorf("AGENTA_RUNNER_KUBERNETES_KUBECONFIG (empty: in-cluster): %w", err))
 	}
 	pc := kubernetes.Config{
-		REST: rc, Namespace: k.Namespace, Image: k.Image, RunnerPath: k.RunnerPath, Version: version,
+		REST: rc, Namespace: k.Namespace, Image: k.Image, RunnerPath: k.RunnerPath, HarnessPrefix: k.HarnessPrefix, Version: version,
 		Replica: replica, RuntimeClassName: k.RuntimeClass, PendingTimeout: k.PendingTimeout,
 	}
 	decode := func(setting, v string, into any) {
@@ -84,7 +84,7 @@ func newKubernetes(cfg config.Config, replica string, log *slog.Logger) (*kubern
 	if err := p.CheckAccess(ctx); err != nil {
 		return nil, err
 	}
-	log.Info("kubernetes sandboxes", "namespace", k.Namespace, "image", k.Image, "runtime_class", k.RuntimeClass, "storage_class", k.StorageClass)
+	log.Info("kubernetes sandboxes", "namespace", k.Namespace, "image", k.Image, "harness_prefix", p.HarnessPrefix(), "runtime_class", k.RuntimeClass, "storage_class", k.StorageClass)
 	// The API accepts a NetworkPolicy whether or not anything enforces it:
 	// the admin must know when nothing does. The probe (a pod, seconds)
 	// runs in the background so as not to hold up readiness; the

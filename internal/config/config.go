@@ -66,6 +66,7 @@ type Kubernetes struct {
 	Namespace      string
 	Image          string
 	RunnerPath     string
+	HarnessPrefix  string // in the image
 	RuntimeClass   string
 	Resources      string // JSON ResourceRequirements
 	NodeSelector   string // JSON object

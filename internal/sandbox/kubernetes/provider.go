@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"path"
 	"regexp"
 	"sync"
 	"sync/atomic"
@@ -43,6 +44,12 @@ type Config struct {
 	// RunnerPath is the runner binary inside the image (default
 	// /usr/local/bin/runner); the pod runs `<RunnerPath> sandboxd`.
 	RunnerPath string
+	// HarnessPrefix is where the image installs the harnesses, one npm
+	// prefix per harness (<HarnessPrefix>/<dir>/node_modules/.bin/<bin>);
+	// default /opt/runner/harnesses, where the project's Dockerfile
+	// `harnesses` target puts them. The pod never sees the runner host's
+	// harness dir, so this is the only place a harness can come from.
+	HarnessPrefix string
 	// Version is the runner version the daemon reports.
 	Version string // required
 	// Replica labels the pods with the runner replica that made them, for
@@ -94,11 +101,12 @@ type Provider struct {
 }
 
 var (
-	_ sandbox.Provider  = (*Provider)(nil)
-	_ sandbox.Opener    = (*Provider)(nil)
-	_ sandbox.Remover   = (*Provider)(nil)
-	_ sandbox.Lister    = (*Provider)(nil)
-	_ sandbox.Describer = (*Provider)(nil)
+	_ sandbox.Provider     = (*Provider)(nil)
+	_ sandbox.Opener       = (*Provider)(nil)
+	_ sandbox.Remover      = (*Provider)(nil)
+	_ sandbox.Lister       = (*Provider)(nil)
+	_ sandbox.Describer    = (*Provider)(nil)
+	_ sandbox.HarnessImage = (*Provider)(nil)
 )
 
 // Labels put on every pod and policy.
@@ -140,6 +148,12 @@ func New(cfg Config, logger *slog.Logger) (*Provider, error) {
 	if cfg.Version == "" {
 		errs = append(errs, errdefs.Invalidf("kubernetes: the runner version is required"))
 	}
+	// A relative prefix would resolve against the harness's working
+	// directory, the tenant's workspace, where the tenant could plant a
+	// binary of its own.
+	if cfg.HarnessPrefix != "" && !path.IsAbs(cfg.HarnessPrefix) {
+		errs = append(errs, errdefs.Invalidf("kubernetes: the harness prefix %q in the image must be an absolute path", cfg.HarnessPrefix))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -148,6 +162,9 @@ func New(cfg Config, logger *slog.Logger) (*Provider, error) {
 	}
 	if cfg.RunnerPath == "" {
 		cfg.RunnerPath = "/usr/local/bin/runner"
+	}
+	if cfg.HarnessPrefix == "" {
+		cfg.HarnessPrefix = DefaultHarnessPrefix
 	}
 	if cfg.PendingTimeout <= 0 {
 		cfg.PendingTimeout = 2 * time.Minute
@@ -167,6 +184,13 @@ func New(cfg Config, logger *slog.Logger) (*Provider, error) {
 	pr.pods.p = pr
 	return pr, nil
 }
+
+// DefaultHarnessPrefix is where the project's image (the Dockerfile's
+// `harnesses` target) installs the harnesses.
+const DefaultHarnessPrefix = "/opt/runner/harnesses"
+
+// HarnessPrefix is where the sandbox image carries the harnesses.
+func (p *Provider) HarnessPrefix() string { return p.cfg.HarnessPrefix }
 
 // Name is "kubernetes".
 func (p *Provider) Name() string { return "kubernetes" }
