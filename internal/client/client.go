@@ -128,11 +128,18 @@ func (c *Client) Get(ctx context.Context, path string) ([]byte, error) {
 	return io.ReadAll(io.LimitReader(resp.Body, maxBody))
 }
 
-// Answers reports whether GET path answers 200 OK within half a second:
+// answerWait bounds Answers. Where nothing listens (the CLI asks its own
+// loopback address) the dial is refused at once, so the bound only
+// matters for a service that is there but busy: half a second was too
+// little on a loaded machine, and a busy service taken for none sent the
+// turn in-process, where the service's lease on the session refused it.
+const answerWait = 5 * time.Second
+
+// Answers reports whether GET path answers 200 OK within answerWait:
 // whether a service is there (and takes the token) before a turn is sent
 // to it.
 func (c *Client) Answers(ctx context.Context, path string) bool {
-	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(ctx, answerWait)
 	defer cancel()
 	resp, err := c.Do(ctx, http.MethodGet, path, nil)
 	if err != nil {

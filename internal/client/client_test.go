@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentrunner/runner/internal/client"
 )
@@ -35,5 +36,21 @@ func TestClientErrors(t *testing.T) {
 	_, err = (&client.Client{Base: base}).Get(context.Background(), "/health")
 	if err == nil || !strings.Contains(err.Error(), "is `runner serve` running at "+base) {
 		t.Errorf("no service: %v", err)
+	}
+}
+
+// TestAnswersWaitsForABusyService: a service that is there but slow to
+// answer (a loaded machine) is found; it was taken for none after half a
+// second, and the CLI then ran a session's turn in-process, where the
+// service's lease refused it (TestTerminalAgainstTheService under -race
+// at load 13).
+func TestAnswersWaitsForABusyService(t *testing.T) {
+	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(700 * time.Millisecond) // the busy service, not a wait for the test
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer svc.Close()
+	if !(&client.Client{Base: svc.URL}).Answers(t.Context(), "/health") {
+		t.Error("a service answering in 0.7 s was taken for none")
 	}
 }
