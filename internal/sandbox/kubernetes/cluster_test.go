@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -230,14 +231,23 @@ func TestClusterPodHardened(t *testing.T) {
 func testPodHardened(t *testing.T, runtime func(*kubernetes.Config)) {
 	p := newProvider(t, runtime)
 	sb := create(t, p, sandbox.Spec{})
-	out, err := sandboxtest.Sh(t, sb, `id -u; grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status; touch /usr/x 2>&1 || echo rootfs-ro; env`)
+	// A failed write to the root proves nothing (a non-root user gets
+	// "permission denied" on a writable root too, as under gVisor): the
+	// root mount's own options (mountinfo's sixth field) must say ro.
+	out, err := sandboxtest.Sh(t, sb, `id -u; grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status; `+
+		`while read -r _ _ _ _ mnt opts _; do [ "$mnt" = / ] && echo "root-mount $opts"; done </proc/self/mountinfo; env`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"10001\n", "CapEff:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2", "rootfs-ro"} {
+	for _, want := range []string{"10001\n", "CapEff:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the sandbox's process lacks %q:\n%s", want, out)
 		}
+	}
+	if opts, ok := rootMountOptions(out); !ok {
+		t.Errorf("the sandbox's /proc/self/mountinfo has no root mount:\n%s", out)
+	} else if !slices.Contains(strings.Split(opts, ","), "ro") {
+		t.Errorf("the sandbox's root is mounted %q, not read-only:\n%s", opts, out)
 	}
 	if strings.Contains(out, "RUNNER_SANDBOXD_TOKEN") {
 		t.Errorf("the daemon's token reached a sandbox process's environment:\n%s", out)
@@ -254,6 +264,18 @@ func testPodHardened(t *testing.T, runtime func(*kubernetes.Config)) {
 			t.Errorf("the pod has a %s volume holding credentials", v.Name)
 		}
 	}
+}
+
+// rootMountOptions is the last "root-mount OPTS" line of out: the
+// mount on / that the process sees (the last one stacked there).
+func rootMountOptions(out string) (string, bool) {
+	opts, found := "", false
+	for line := range strings.Lines(out) {
+		if o, ok := strings.CutPrefix(strings.TrimSpace(line), "root-mount "); ok {
+			opts, found = o, true
+		}
+	}
+	return opts, found
 }
 
 // A pod deleted out of band while its sandbox is warm (no process
