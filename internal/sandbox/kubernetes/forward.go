@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,12 +108,15 @@ func (f *forwarder) DialContext(ctx context.Context, _, _ string) (net.Conn, err
 	return c, nil
 }
 
-// runtimeHint says why a port-forward refused inside the pod's network
-// namespace fails under a RuntimeClass: a runtime with its own network
+// runtimeHint says why a daemon that never answered its health check
+// may be unreachable under a RuntimeClass: a runtime with its own network
 // stack (gVisor's default) listens where the container runtime's
-// port-forward never dials, and the daemon looks down for good.
-func (p *Provider) runtimeHint(err error) string {
-	if p.cfg.RuntimeClassName == "" || !strings.Contains(err.Error(), "inside namespace") {
+// port-forward never dials, and the daemon looks down for good. Not only
+// on containerd's "inside namespace" refusal: that text comes on the
+// forward's error stream, and an attempt cut short by the deadline often
+// ends with a bare EOF instead (seen in a clean-clone CI run).
+func (p *Provider) runtimeHint(error) string {
+	if p.cfg.RuntimeClassName == "" {
 		return ""
 	}
 	return fmt.Sprintf(" (RuntimeClass %s: a runtime with its own network stack cannot be port-forwarded to; for gVisor set network = \"host\" in its runsc configuration, see docs/kubernetes.md)", p.cfg.RuntimeClassName)
